@@ -24,9 +24,9 @@ pub enum FieldsError {
     NotAnObject { path: String },
     #[error("fieldsV1 at {path} has an invalid path element {element:?}")]
     BadElement { path: String, element: String },
-    #[error("{path}: element {index} of an associative list must be an object")]
+    #[error("{path}: element {index}: an associative list element must be an object")]
     ElementNotAnObject { path: String, index: usize },
-    #[error("{path}: element {index} of an associative list omits key field {key:?}")]
+    #[error("{path}: element {index}: associative list with keys has an element that omits key field {key:?}")]
     MissingKey { path: String, index: usize, key: String },
     #[error("{path}: duplicate entries for key {element}")]
     Duplicate { path: String, element: String },
@@ -316,7 +316,7 @@ fn same_kind(a: &Shape<'_, '_>, b: &Shape<'_, '_>) -> bool {
 }
 
 /// The identity of a map-list item, or why it has none.
-fn map_item_element(
+pub(crate) fn map_item_element(
     item: &Value,
     keys: &[String],
     list_node: Option<&SchemaNode>,

@@ -5,3 +5,5 @@
 
 pub mod fields;
 pub mod list_types;
+pub mod managed;
+pub mod ssa;
