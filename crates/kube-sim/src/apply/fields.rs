@@ -26,8 +26,14 @@ pub enum FieldsError {
     BadElement { path: String, element: String },
     #[error("{path}: element {index}: an associative list element must be an object")]
     ElementNotAnObject { path: String, index: usize },
-    #[error("{path}: element {index}: associative list with keys has an element that omits key field {key:?}")]
-    MissingKey { path: String, index: usize, key: String },
+    #[error(
+        "{path}: element {index}: associative list with keys has an element that omits key field {key:?}"
+    )]
+    MissingKey {
+        path: String,
+        index: usize,
+        key: String,
+    },
     #[error("{path}: duplicate entries for key {element}")]
     Duplicate { path: String, element: String },
 }
@@ -323,10 +329,12 @@ pub(crate) fn map_item_element(
     index: usize,
     path: &[String],
 ) -> Result<String, FieldsError> {
-    let object = item.as_object().ok_or_else(|| FieldsError::ElementNotAnObject {
-        path: path_to_string(path),
-        index,
-    })?;
+    let object = item
+        .as_object()
+        .ok_or_else(|| FieldsError::ElementNotAnObject {
+            path: path_to_string(path),
+            index,
+        })?;
     let mut values = Vec::with_capacity(keys.len());
     for key in keys {
         let value = object
@@ -466,11 +474,20 @@ impl Comparison {
     }
 }
 
+/// The old and new value of one child, with its schema node.
+type ChildPair<'v, 's> = (Option<&'v Value>, Option<&'v Value>, Option<&'s SchemaNode>);
+
 /// Compares two versions of an object under `types`.
 pub fn compare(old: &Value, new: &Value, types: &ListTypes) -> Comparison {
     let mut out = Comparison::default();
     let mut path = Vec::new();
-    compare_at(Some(old), Some(new), Some(types.root()), &mut path, &mut out);
+    compare_at(
+        Some(old),
+        Some(new),
+        Some(types.root()),
+        &mut path,
+        &mut out,
+    );
     out
 }
 
@@ -507,13 +524,14 @@ fn compare_at(
             }
             let old_children = children(old, node, path, false).unwrap_or_default();
             let new_children = children(new, node, path, false).unwrap_or_default();
-            let mut zipped: BTreeMap<String, (Option<&Value>, Option<&Value>, Option<&SchemaNode>)> =
-                BTreeMap::new();
+            let mut zipped: BTreeMap<String, ChildPair<'_, '_>> = BTreeMap::new();
             for child in old_children {
                 zipped.insert(child.element, (Some(child.value), None, child.node));
             }
             for child in new_children {
-                let entry = zipped.entry(child.element).or_insert((None, None, child.node));
+                let entry = zipped
+                    .entry(child.element)
+                    .or_insert((None, None, child.node));
                 entry.1 = Some(child.value);
             }
             for (element, (old_child, new_child, child_node)) in zipped {
@@ -525,7 +543,12 @@ fn compare_at(
     }
 }
 
-fn insert_all_below(value: &Value, node: Option<&SchemaNode>, path: &mut Vec<String>, set: &mut FieldSet) {
+fn insert_all_below(
+    value: &Value,
+    node: Option<&SchemaNode>,
+    path: &mut Vec<String>,
+    set: &mut FieldSet,
+) {
     for child in children(value, node, path, false).unwrap_or_default() {
         path.push(child.element);
         set.insert(path);
@@ -558,7 +581,12 @@ pub fn remove_at(value: &mut Value, path: &[String], types: &ListTypes) -> bool 
     remove_below(value, Some(types.root()), path, &mut Vec::new())
 }
 
-fn remove_below(value: &mut Value, node: Option<&SchemaNode>, path: &[String], walked: &mut Vec<String>) -> bool {
+fn remove_below(
+    value: &mut Value,
+    node: Option<&SchemaNode>,
+    path: &[String],
+    walked: &mut Vec<String>,
+) -> bool {
     let Some((element, rest)) = path.split_first() else {
         return false;
     };
@@ -681,7 +709,10 @@ mod tests {
         ));
         let duplicate = json!({"spec": {"containers": [{"name": "c"}, {"name": "c"}]}});
         let error = FieldSet::from_object(&duplicate, &pod()).unwrap_err();
-        assert_eq!(error.to_string(), r#".spec.containers: duplicate entries for key [name="c"]"#);
+        assert_eq!(
+            error.to_string(),
+            r#".spec.containers: duplicate entries for key [name="c"]"#
+        );
     }
 
     #[test]
@@ -704,11 +735,20 @@ mod tests {
     #[test]
     fn paths_print_like_the_api_server() {
         assert_eq!(
-            path_to_string(&path(&["f:spec", "f:containers", r#"k:{"name":"c"}"#, "f:image"])),
+            path_to_string(&path(&[
+                "f:spec",
+                "f:containers",
+                r#"k:{"name":"c"}"#,
+                "f:image"
+            ])),
             r#".spec.containers[name="c"].image"#
         );
         assert_eq!(
-            path_to_string(&path(&["f:spec", "f:ports", r#"k:{"port":80,"protocol":"TCP"}"#])),
+            path_to_string(&path(&[
+                "f:spec",
+                "f:ports",
+                r#"k:{"port":80,"protocol":"TCP"}"#
+            ])),
             r#".spec.ports[port=80,protocol="TCP"]"#
         );
         assert_eq!(
@@ -721,14 +761,21 @@ mod tests {
     #[test]
     fn compare_lists_new_maps_as_nodes_and_changed_scalars_as_modified() {
         let old = json!({"metadata": {"name": "p"}, "spec": {"replicas": 1, "gone": true}});
-        let new = json!({"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"replicas": 2}});
+        let new =
+            json!({"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"replicas": 2}});
         let cmp = compare(&old, &new, &ListTypes::object_meta_only());
         assert_eq!(
             cmp.added.to_fields_v1(),
             json!({"f:metadata": {"f:labels": {".": {}, "f:app": {}}}})
         );
-        assert_eq!(cmp.modified.to_fields_v1(), json!({"f:spec": {"f:replicas": {}}}));
-        assert_eq!(cmp.removed.to_fields_v1(), json!({"f:spec": {"f:gone": {}}}));
+        assert_eq!(
+            cmp.modified.to_fields_v1(),
+            json!({"f:spec": {"f:replicas": {}}})
+        );
+        assert_eq!(
+            cmp.removed.to_fields_v1(),
+            json!({"f:spec": {"f:gone": {}}})
+        );
     }
 
     #[test]

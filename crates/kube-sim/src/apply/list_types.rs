@@ -267,11 +267,23 @@ impl ListTypes {
             let list = format!("{pod_spec}.{containers}");
             self.keyed(&list, &["name"], Some("name"));
             let ports = format!("{list}[].ports");
-            self.keyed(&ports, &["containerPort", "protocol"], Some("containerPort"));
+            self.keyed(
+                &ports,
+                &["containerPort", "protocol"],
+                Some("containerPort"),
+            );
             self.key_default(&ports, "protocol", "TCP");
             self.keyed(&format!("{list}[].env"), &["name"], Some("name"));
-            self.keyed(&format!("{list}[].volumeMounts"), &["mountPath"], Some("mountPath"));
-            self.keyed(&format!("{list}[].volumeDevices"), &["devicePath"], Some("devicePath"));
+            self.keyed(
+                &format!("{list}[].volumeMounts"),
+                &["mountPath"],
+                Some("mountPath"),
+            );
+            self.keyed(
+                &format!("{list}[].volumeDevices"),
+                &["devicePath"],
+                Some("devicePath"),
+            );
             self.keyed(&format!("{list}[].resources.claims"), &["name"], None);
         }
         for (list, key) in [
@@ -307,7 +319,8 @@ fn node_from_openapi(schema: &Value) -> SchemaNode {
     };
     if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
         for (name, property) in properties {
-            node.fields.insert(name.clone(), node_from_openapi(property));
+            node.fields
+                .insert(name.clone(), node_from_openapi(property));
         }
     }
     if let Some(additional) = schema.get("additionalProperties").filter(|v| v.is_object()) {
@@ -326,7 +339,12 @@ fn node_from_openapi(schema: &Value) -> SchemaNode {
             let keys: Vec<String> = schema
                 .get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
-                .map(|keys| keys.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default();
             // A map list without keys is not a valid structural schema; the
             // closest safe reading is to own it whole.
@@ -377,12 +395,22 @@ mod tests {
     fn pod_containers_are_a_map_by_name_and_ports_by_port_and_protocol() {
         let pod = ListTypes::builtin("v1", "Pod").unwrap();
         let containers = node(&pod, &["spec", "containers"]).unwrap();
-        assert_eq!(containers.list_type(), &ListType::Map { keys: vec!["name".into()] });
-        assert_eq!(containers.smp_list(), Some(&SmpListStrategy::MergeByKey("name".into())));
+        assert_eq!(
+            containers.list_type(),
+            &ListType::Map {
+                keys: vec!["name".into()]
+            }
+        );
+        assert_eq!(
+            containers.smp_list(),
+            Some(&SmpListStrategy::MergeByKey("name".into()))
+        );
         let ports = node(&pod, &["spec", "initContainers", "[]", "ports"]).unwrap();
         assert_eq!(
             ports.list_type(),
-            &ListType::Map { keys: vec!["containerPort".into(), "protocol".into()] }
+            &ListType::Map {
+                keys: vec!["containerPort".into(), "protocol".into()]
+            }
         );
         assert_eq!(ports.key_default("protocol"), Some(&json!("TCP")));
         assert_eq!(
@@ -402,18 +430,35 @@ mod tests {
             ListTypes::from_crd_schema(&json!({"type": "object"})),
         ] {
             let owners = node(&types, &["metadata", "ownerReferences"]).unwrap();
-            assert_eq!(owners.list_type(), &ListType::Map { keys: vec!["uid".into()] });
+            assert_eq!(
+                owners.list_type(),
+                &ListType::Map {
+                    keys: vec!["uid".into()]
+                }
+            );
             let finalizers = node(&types, &["metadata", "finalizers"]).unwrap();
             assert_eq!(finalizers.list_type(), &ListType::Set);
-            assert_eq!(finalizers.smp_list(), Some(&SmpListStrategy::MergePrimitives));
+            assert_eq!(
+                finalizers.smp_list(),
+                Some(&SmpListStrategy::MergePrimitives)
+            );
         }
     }
 
     #[test]
     fn deployment_pod_template_uses_the_pod_spec_table() {
         let deploy = ListTypes::builtin("apps/v1", "Deployment").unwrap();
-        let env = node(&deploy, &["spec", "template", "spec", "containers", "[]", "env"]).unwrap();
-        assert_eq!(env.list_type(), &ListType::Map { keys: vec!["name".into()] });
+        let env = node(
+            &deploy,
+            &["spec", "template", "spec", "containers", "[]", "env"],
+        )
+        .unwrap();
+        assert_eq!(
+            env.list_type(),
+            &ListType::Map {
+                keys: vec!["name".into()]
+            }
+        );
         assert!(ListTypes::builtin("example.com/v1", "Widget").is_none());
     }
 
@@ -445,17 +490,27 @@ mod tests {
             }
         });
         let types = ListTypes::from_crd_schema(&schema);
-        assert_eq!(node(&types, &["spec", "tags"]).unwrap().list_type(), &ListType::Set);
-        assert_eq!(node(&types, &["spec", "args"]).unwrap().list_type(), &ListType::Atomic);
+        assert_eq!(
+            node(&types, &["spec", "tags"]).unwrap().list_type(),
+            &ListType::Set
+        );
+        assert_eq!(
+            node(&types, &["spec", "args"]).unwrap().list_type(),
+            &ListType::Atomic
+        );
         let slots = node(&types, &["spec", "slots"]).unwrap();
         assert_eq!(
             slots.list_type(),
-            &ListType::Map { keys: vec!["rack".into(), "index".into()] }
+            &ListType::Map {
+                keys: vec!["rack".into(), "index".into()]
+            }
         );
         assert_eq!(slots.key_default("index"), Some(&json!(0)));
         assert!(node(&types, &["spec", "selector"]).unwrap().is_atomic_map());
         assert_eq!(
-            node(&types, &["spec", "byName", "anything"]).unwrap().list_type(),
+            node(&types, &["spec", "byName", "anything"])
+                .unwrap()
+                .list_type(),
             &ListType::Set
         );
         assert!(!types.supports_strategic_merge());

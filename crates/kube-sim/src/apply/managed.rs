@@ -102,7 +102,10 @@ impl ManagedFieldsEntry {
     pub fn to_json(&self) -> Value {
         let mut out = Map::new();
         out.insert("manager".into(), Value::String(self.manager.clone()));
-        out.insert("operation".into(), Value::String(self.operation.as_str().into()));
+        out.insert(
+            "operation".into(),
+            Value::String(self.operation.as_str().into()),
+        );
         out.insert("apiVersion".into(), Value::String(self.api_version.clone()));
         if let Some(time) = &self.time {
             out.insert("time".into(), Value::String(time.clone()));
@@ -182,7 +185,8 @@ pub fn read_managed_fields(object: &Value) -> Result<Vec<ManagedFieldsEntry>, Ma
 /// (operation, then time, manager, apiVersion, subresource), dropping
 /// entries that own nothing and the whole field when none are left.
 pub fn write_managed_fields(object: &mut Value, entries: &[ManagedFieldsEntry]) {
-    let mut kept: Vec<&ManagedFieldsEntry> = entries.iter().filter(|e| !e.fields.is_empty()).collect();
+    let mut kept: Vec<&ManagedFieldsEntry> =
+        entries.iter().filter(|e| !e.fields.is_empty()).collect();
     kept.sort_by(|a, b| {
         a.operation
             .cmp(&b.operation)
@@ -236,7 +240,10 @@ mod tests {
     fn managed_fields_round_trip_through_the_metadata_json() {
         let mut status = entry("kubelet", Operation::Update, "2026-01-01T00:00:00Z");
         status.subresource = Some("status".into());
-        let original = vec![entry("kubectl", Operation::Apply, "2026-01-02T00:00:00Z"), status];
+        let original = vec![
+            entry("kubectl", Operation::Apply, "2026-01-02T00:00:00Z"),
+            status,
+        ];
         let mut object = json!({"metadata": {"name": "x"}});
         write_managed_fields(&mut object, &original);
         let first = &object["metadata"]["managedFields"][0];
@@ -278,10 +285,16 @@ mod tests {
     fn managers_are_described_as_conflict_messages_print_them() {
         let apply = entry("kubectl", Operation::Apply, "t");
         assert_eq!(apply.describe(), r#""kubectl""#);
-        assert_eq!(apply.identity(), r#"{"manager":"kubectl","operation":"Apply"}"#);
+        assert_eq!(
+            apply.identity(),
+            r#"{"manager":"kubectl","operation":"Apply"}"#
+        );
         let mut update = entry("kubelet", Operation::Update, "t");
         update.subresource = Some("status".into());
-        assert_eq!(update.describe(), r#""kubelet" with subresource "status" using apps/v1"#);
+        assert_eq!(
+            update.describe(),
+            r#""kubelet" with subresource "status" using apps/v1"#
+        );
         assert_eq!(
             update.identity(),
             r#"{"manager":"kubelet","operation":"Update","apiVersion":"apps/v1","subresource":"status"}"#
@@ -295,7 +308,12 @@ mod tests {
             {"manager": "b", "operation": "Patch"}
         ]}});
         let error = read_managed_fields(&object).unwrap_err();
-        assert!(error.to_string().starts_with("metadata.managedFields[1].operation"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("metadata.managedFields[1].operation"),
+            "{error}"
+        );
         assert!(read_managed_fields(&json!({"metadata": {"managedFields": 1}})).is_err());
     }
 }

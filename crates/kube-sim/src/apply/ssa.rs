@@ -61,7 +61,10 @@ pub enum ApplyError {
     BadRequest { message: String },
     /// 422 Invalid on `PatchOptions`: bad `fieldManager` or `force`.
     #[error("{message}")]
-    InvalidOptions { causes: Vec<OptionCause>, message: String },
+    InvalidOptions {
+        causes: Vec<OptionCause>,
+        message: String,
+    },
     /// The apply configuration does not fit the kind's list types
     /// (duplicate or missing list keys). The real server reports this as
     /// an internal error (500), not as a validation failure.
@@ -191,7 +194,10 @@ fn invalid_options(causes: Vec<OptionCause>) -> Result<(), ApplyError> {
     if causes.is_empty() {
         return Ok(());
     }
-    let errors: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+    let errors: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
     let listed = if errors.len() == 1 {
         errors[0].clone()
     } else {
@@ -227,9 +233,16 @@ fn never_owned() -> FieldSet {
     for top in ["apiVersion", "kind", "metadata"] {
         set.insert(&[format!("f:{top}")]);
     }
-    for field in ["name", "namespace", "creationTimestamp", "selfLink", "uid", "clusterName"]
-        .into_iter()
-        .chain(["generation", "managedFields", "resourceVersion"])
+    for field in [
+        "name",
+        "namespace",
+        "creationTimestamp",
+        "selfLink",
+        "uid",
+        "clusterName",
+    ]
+    .into_iter()
+    .chain(["generation", "managedFields", "resourceVersion"])
     {
         set.insert(&["f:metadata".to_string(), format!("f:{field}")]);
     }
@@ -276,12 +289,25 @@ pub fn apply(
     let mut managers = read_managed_fields(&live_object).unwrap_or_default();
     let previous = managers
         .iter()
-        .position(|e| e.belongs_to(ctx.manager, Operation::Apply, ctx.api_version, ctx.subresource))
+        .position(|e| {
+            e.belongs_to(
+                ctx.manager,
+                Operation::Apply,
+                ctx.api_version,
+                ctx.subresource,
+            )
+        })
         .map(|index| managers.remove(index));
 
     let mut merged = merge_configuration(&live_object, &config, Some(types.root()));
     if let Some(previous) = &previous {
-        prune_dropped_fields(&mut merged, &previous.fields, &applied_set, &managers, types);
+        prune_dropped_fields(
+            &mut merged,
+            &previous.fields,
+            &applied_set,
+            &managers,
+            types,
+        );
     }
 
     let comparison = compare(&live_object, &merged, types).without(&never_owned());
@@ -331,7 +357,12 @@ pub fn apply(
 /// `new.metadata.managedFields` as the client sent it is honoured: absent
 /// or `[]` keeps the live records, `[{}]` resets them before this write is
 /// recorded, any other valid list replaces them.
-pub fn record_update(old: Option<&Value>, new: &mut Value, types: &ListTypes, ctx: &WriteContext<'_>) {
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    types: &ListTypes,
+    ctx: &WriteContext<'_>,
+) {
     let empty = Value::Object(Map::new());
     let old_object = old.unwrap_or(&empty);
     let mut managers = match new.pointer("/metadata/managedFields") {
@@ -345,7 +376,14 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, types: &ListTypes, ct
     let changed = comparison.changed();
     let own = managers
         .iter()
-        .position(|e| e.belongs_to(ctx.manager, Operation::Update, ctx.api_version, ctx.subresource))
+        .position(|e| {
+            e.belongs_to(
+                ctx.manager,
+                Operation::Update,
+                ctx.api_version,
+                ctx.subresource,
+            )
+        })
         .map(|index| managers.remove(index));
     for entry in &mut managers {
         entry.fields = entry
@@ -401,7 +439,12 @@ fn drop_nulls(value: &Value) -> Value {
 }
 
 fn typed_patch_error(applied: &Value, error: &FieldsError) -> ApplyError {
-    let text = |pointer: &str| applied.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+    let text = |pointer: &str| {
+        applied
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
     let api_version = text("/apiVersion");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     ApplyError::TypedPatch {
@@ -425,50 +468,54 @@ fn merge_configuration(live: &Value, config: &Value, node: Option<&SchemaNode>) 
             let mut out = live_map.clone();
             for (name, config_value) in config_map {
                 let merged = match live_map.get(name) {
-                    Some(live_value) => merge_configuration(live_value, config_value, child_node(node, name)),
+                    Some(live_value) => {
+                        merge_configuration(live_value, config_value, child_node(node, name))
+                    }
                     None => config_value.clone(),
                 };
                 out.insert(name.clone(), merged);
             }
             Value::Object(out)
         }
-        (Value::Array(live_items), Value::Array(config_items)) => match node.map(SchemaNode::list_type) {
-            Some(ListType::Set) => {
-                let mut out = live_items.clone();
-                for item in config_items {
-                    if !out.contains(item) {
-                        out.push(item.clone());
-                    }
-                }
-                Value::Array(out)
-            }
-            Some(ListType::Map { keys }) => {
-                let identity = |item: &Value| map_item_element(item, keys, node, 0, &[]).ok();
-                let by_identity: BTreeMap<String, &Value> = config_items
-                    .iter()
-                    .filter_map(|item| identity(item).map(|id| (id, item)))
-                    .collect();
-                let mut merged_ids = BTreeSet::new();
-                let mut out = Vec::with_capacity(live_items.len() + config_items.len());
-                for item in live_items {
-                    let id = identity(item);
-                    match id.as_ref().and_then(|id| by_identity.get(id)) {
-                        Some(config_item) => {
-                            out.push(merge_configuration(item, config_item, item_node(node)));
-                            merged_ids.extend(id);
+        (Value::Array(live_items), Value::Array(config_items)) => {
+            match node.map(SchemaNode::list_type) {
+                Some(ListType::Set) => {
+                    let mut out = live_items.clone();
+                    for item in config_items {
+                        if !out.contains(item) {
+                            out.push(item.clone());
                         }
-                        None => out.push(item.clone()),
                     }
+                    Value::Array(out)
                 }
-                for item in config_items {
-                    if identity(item).is_none_or(|id| !merged_ids.contains(&id)) {
-                        out.push(item.clone());
+                Some(ListType::Map { keys }) => {
+                    let identity = |item: &Value| map_item_element(item, keys, node, 0, &[]).ok();
+                    let by_identity: BTreeMap<String, &Value> = config_items
+                        .iter()
+                        .filter_map(|item| identity(item).map(|id| (id, item)))
+                        .collect();
+                    let mut merged_ids = BTreeSet::new();
+                    let mut out = Vec::with_capacity(live_items.len() + config_items.len());
+                    for item in live_items {
+                        let id = identity(item);
+                        match id.as_ref().and_then(|id| by_identity.get(id)) {
+                            Some(config_item) => {
+                                out.push(merge_configuration(item, config_item, item_node(node)));
+                                merged_ids.extend(id);
+                            }
+                            None => out.push(item.clone()),
+                        }
                     }
+                    for item in config_items {
+                        if identity(item).is_none_or(|id| !merged_ids.contains(&id)) {
+                            out.push(item.clone());
+                        }
+                    }
+                    Value::Array(out)
                 }
-                Value::Array(out)
+                _ => config.clone(),
             }
-            _ => config.clone(),
-        },
+        }
         _ => config.clone(),
     }
 }
@@ -506,14 +553,26 @@ fn conflict_error(conflicting: &[(&ManagedFieldsEntry, FieldSet)]) -> ApplyError
         })
         .collect();
     let message = if let [only] = conflicts.as_slice() {
-        format!("Apply failed with 1 conflict: conflict with {}: {}", only.manager, only.field)
+        format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            only.manager, only.field
+        )
     } else {
         let mut lines = Vec::new();
         for (entry, fields) in conflicting {
             lines.push(format!("conflicts with {}:", entry.describe()));
-            lines.extend(fields.paths().iter().map(|path| format!("- {}", path_to_string(path))));
+            lines.extend(
+                fields
+                    .paths()
+                    .iter()
+                    .map(|path| format!("- {}", path_to_string(path))),
+            );
         }
-        format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
+        format!(
+            "Apply failed with {} conflicts: {}",
+            conflicts.len(),
+            lines.join("\n")
+        )
     };
     ApplyError::Conflicts { conflicts, message }
 }
@@ -571,8 +630,22 @@ mod tests {
     #[test]
     fn a_second_manager_applying_a_different_value_conflicts_on_that_field() {
         let types = deployment();
-        let live = apply(None, &config(json!({"replicas": 2})), false, &types, &ctx("a", "T1")).unwrap();
-        let error = apply(Some(&live), &config(json!({"replicas": 3})), false, &types, &ctx("b", "T2")).unwrap_err();
+        let live = apply(
+            None,
+            &config(json!({"replicas": 2})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
+        let error = apply(
+            Some(&live),
+            &config(json!({"replicas": 3})),
+            false,
+            &types,
+            &ctx("b", "T2"),
+        )
+        .unwrap_err();
         assert_eq!(error.code(), 409);
         assert_eq!(
             error.to_string(),
@@ -588,10 +661,20 @@ mod tests {
     #[test]
     fn conflicts_with_several_fields_and_managers_are_grouped_by_manager() {
         let types = deployment();
-        let live = apply(None, &config(json!({"replicas": 2, "paused": false})), false, &types, &ctx("a", "T1")).unwrap();
+        let live = apply(
+            None,
+            &config(json!({"replicas": 2, "paused": false})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
         let mut edited = live.clone();
         edited["spec"]["minReadySeconds"] = json!(5);
-        let edit_ctx = WriteContext { api_version: "apps/v1", ..ctx("kubectl-edit", "T2") };
+        let edit_ctx = WriteContext {
+            api_version: "apps/v1",
+            ..ctx("kubectl-edit", "T2")
+        };
         record_update(Some(&live), &mut edited, &types, &edit_ctx);
         let applied = config(json!({"replicas": 3, "paused": true, "minReadySeconds": 9}));
         let ApplyError::Conflicts { conflicts, message } =
@@ -609,12 +692,39 @@ mod tests {
     #[test]
     fn applying_the_same_value_shares_ownership_without_conflict() {
         let types = deployment();
-        let live = apply(None, &config(json!({"replicas": 2})), false, &types, &ctx("a", "T1")).unwrap();
-        let shared = apply(Some(&live), &config(json!({"replicas": 2})), false, &types, &ctx("b", "T2")).unwrap();
-        assert_eq!(owner_of(&shared, "a"), &json!({"f:spec": {"f:replicas": {}}}));
-        assert_eq!(owner_of(&shared, "b"), &json!({"f:spec": {"f:replicas": {}}}));
+        let live = apply(
+            None,
+            &config(json!({"replicas": 2})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
+        let shared = apply(
+            Some(&live),
+            &config(json!({"replicas": 2})),
+            false,
+            &types,
+            &ctx("b", "T2"),
+        )
+        .unwrap();
+        assert_eq!(
+            owner_of(&shared, "a"),
+            &json!({"f:spec": {"f:replicas": {}}})
+        );
+        assert_eq!(
+            owner_of(&shared, "b"),
+            &json!({"f:spec": {"f:replicas": {}}})
+        );
         // Now "a" stops applying it: "b" still owns it, so it stays.
-        let dropped = apply(Some(&shared), &config(json!({})), false, &types, &ctx("a", "T3")).unwrap();
+        let dropped = apply(
+            Some(&shared),
+            &config(json!({})),
+            false,
+            &types,
+            &ctx("a", "T3"),
+        )
+        .unwrap();
         assert_eq!(dropped["spec"]["replicas"], 2);
         assert_eq!(owner_of(&dropped, "a"), &Value::Null);
     }
@@ -622,15 +732,41 @@ mod tests {
     #[test]
     fn force_moves_ownership_to_the_applier() {
         let types = deployment();
-        let live = apply(None, &config(json!({"replicas": 2, "paused": true})), false, &types, &ctx("a", "T1")).unwrap();
-        let forced = apply(Some(&live), &config(json!({"replicas": 5})), true, &types, &ctx("b", "T2")).unwrap();
+        let live = apply(
+            None,
+            &config(json!({"replicas": 2, "paused": true})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
+        let forced = apply(
+            Some(&live),
+            &config(json!({"replicas": 5})),
+            true,
+            &types,
+            &ctx("b", "T2"),
+        )
+        .unwrap();
         assert_eq!(forced["spec"]["replicas"], 5);
         assert_eq!(owner_of(&forced, "a"), &json!({"f:spec": {"f:paused": {}}}));
-        assert_eq!(owner_of(&forced, "b"), &json!({"f:spec": {"f:replicas": {}}}));
+        assert_eq!(
+            owner_of(&forced, "b"),
+            &json!({"f:spec": {"f:replicas": {}}})
+        );
         // "a" lost the field: applying its old value now conflicts with "b".
-        let error = apply(Some(&forced), &config(json!({"replicas": 2, "paused": true})), false, &types, &ctx("a", "T3"))
-            .unwrap_err();
-        assert_eq!(error.to_string(), r#"Apply failed with 1 conflict: conflict with "b": .spec.replicas"#);
+        let error = apply(
+            Some(&forced),
+            &config(json!({"replicas": 2, "paused": true})),
+            false,
+            &types,
+            &ctx("a", "T3"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            r#"Apply failed with 1 conflict: conflict with "b": .spec.replicas"#
+        );
     }
 
     #[test]
@@ -638,8 +774,22 @@ mod tests {
         let types = deployment();
         let first = config(json!({"replicas": 2, "paused": true}));
         let live = apply(None, &first, false, &types, &ctx("a", "T1")).unwrap();
-        let live = apply(Some(&live), &config(json!({"paused": true})), false, &types, &ctx("b", "T2")).unwrap();
-        let after = apply(Some(&live), &config(json!({})), false, &types, &ctx("a", "T3")).unwrap();
+        let live = apply(
+            Some(&live),
+            &config(json!({"paused": true})),
+            false,
+            &types,
+            &ctx("b", "T2"),
+        )
+        .unwrap();
+        let after = apply(
+            Some(&live),
+            &config(json!({})),
+            false,
+            &types,
+            &ctx("a", "T3"),
+        )
+        .unwrap();
         assert_eq!(after["spec"], json!({"paused": true}));
         let entries = entries(&after);
         assert_eq!(entries.len(), 1);
@@ -649,11 +799,30 @@ mod tests {
     #[test]
     fn fields_set_by_plain_writes_are_not_pruned_by_an_applier() {
         let types = deployment();
-        let live = apply(None, &config(json!({"replicas": 2})), false, &types, &ctx("a", "T1")).unwrap();
+        let live = apply(
+            None,
+            &config(json!({"replicas": 2})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
         let mut edited = live.clone();
         edited["metadata"]["labels"] = json!({"team": "x"});
-        record_update(Some(&live), &mut edited, &types, &ctx("kubectl-label", "T2"));
-        let after = apply(Some(&edited), &config(json!({})), false, &types, &ctx("a", "T3")).unwrap();
+        record_update(
+            Some(&live),
+            &mut edited,
+            &types,
+            &ctx("kubectl-label", "T2"),
+        );
+        let after = apply(
+            Some(&edited),
+            &config(json!({})),
+            false,
+            &types,
+            &ctx("a", "T3"),
+        )
+        .unwrap();
         assert_eq!(after["metadata"]["labels"], json!({"team": "x"}));
         assert!(after.get("spec").is_none(), "{after}");
     }
@@ -686,13 +855,23 @@ mod tests {
         let mut applied = config(json!({}));
         applied["metadata"]["managedFields"] = json!([]);
         let error = apply(None, &applied, false, &types, &ctx("a", "T")).unwrap_err();
-        assert_eq!((error.code(), error.to_string().as_str()), (400, "metadata.managedFields must be nil"));
-        assert_eq!(apply(None, &json!([1]), false, &types, &ctx("a", "T")).unwrap_err().code(), 400);
+        assert_eq!(
+            (error.code(), error.to_string().as_str()),
+            (400, "metadata.managedFields must be nil")
+        );
+        assert_eq!(
+            apply(None, &json!([1]), false, &types, &ctx("a", "T"))
+                .unwrap_err()
+                .code(),
+            400
+        );
     }
 
     #[test]
     fn list_elements_without_keys_fail_as_the_typed_patch_error() {
-        let applied = config(json!({"template": {"spec": {"containers": [{"name": "c", "ports": [{"protocol": "UDP"}]}]}}}));
+        let applied = config(
+            json!({"template": {"spec": {"containers": [{"name": "c", "ports": [{"protocol": "UDP"}]}]}}}),
+        );
         let error = apply(None, &applied, false, &deployment(), &ctx("a", "T")).unwrap_err();
         assert_eq!(error.code(), 500);
         assert_eq!(
@@ -704,37 +883,83 @@ mod tests {
     #[test]
     fn atomic_lists_are_replaced_whole_and_conflict_as_one_field() {
         let types = deployment();
-        let tolerations = |key: &str| config(json!({"template": {"spec": {"tolerations": [{"key": key}]}}}));
+        let tolerations =
+            |key: &str| config(json!({"template": {"spec": {"tolerations": [{"key": key}]}}}));
         let live = apply(None, &tolerations("a"), false, &types, &ctx("a", "T1")).unwrap();
-        let error = apply(Some(&live), &tolerations("b"), false, &types, &ctx("b", "T2")).unwrap_err();
+        let error = apply(
+            Some(&live),
+            &tolerations("b"),
+            false,
+            &types,
+            &ctx("b", "T2"),
+        )
+        .unwrap_err();
         assert_eq!(
             error.to_string(),
             r#"Apply failed with 1 conflict: conflict with "a": .spec.template.spec.tolerations"#
         );
-        let replaced = apply(Some(&live), &tolerations("b"), true, &types, &ctx("b", "T2")).unwrap();
-        assert_eq!(replaced["spec"]["template"]["spec"]["tolerations"], json!([{"key": "b"}]));
+        let replaced = apply(
+            Some(&live),
+            &tolerations("b"),
+            true,
+            &types,
+            &ctx("b", "T2"),
+        )
+        .unwrap();
+        assert_eq!(
+            replaced["spec"]["template"]["spec"]["tolerations"],
+            json!([{"key": "b"}])
+        );
     }
 
     #[test]
     fn set_lists_merge_by_value_and_each_manager_removes_only_its_own_elements() {
         let types = deployment();
-        let finalizers = |values: Value| {
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "finalizers": values}})
-        };
-        let live = apply(None, &finalizers(json!(["x/a"])), false, &types, &ctx("a", "T1")).unwrap();
-        let live = apply(Some(&live), &finalizers(json!(["x/b", "x/a"])), false, &types, &ctx("b", "T2")).unwrap();
+        let finalizers = |values: Value| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "finalizers": values}});
+        let live = apply(
+            None,
+            &finalizers(json!(["x/a"])),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
+        let live = apply(
+            Some(&live),
+            &finalizers(json!(["x/b", "x/a"])),
+            false,
+            &types,
+            &ctx("b", "T2"),
+        )
+        .unwrap();
         assert_eq!(live["metadata"]["finalizers"], json!(["x/a", "x/b"]));
-        let live = apply(Some(&live), &finalizers(json!([])), false, &types, &ctx("b", "T3")).unwrap();
+        let live = apply(
+            Some(&live),
+            &finalizers(json!([])),
+            false,
+            &types,
+            &ctx("b", "T3"),
+        )
+        .unwrap();
         assert_eq!(live["metadata"]["finalizers"], json!(["x/a"]));
-        assert_eq!(owner_of(&live, "a"), &json!({"f:metadata": {"f:finalizers": {"v:\"x/a\"": {}}}}));
+        assert_eq!(
+            owner_of(&live, "a"),
+            &json!({"f:metadata": {"f:finalizers": {"v:\"x/a\"": {}}}})
+        );
     }
 
     #[test]
     fn map_lists_merge_by_key_and_conflict_per_element_field() {
         let types = deployment();
         let containers = |list: Value| config(json!({"template": {"spec": {"containers": list}}}));
-        let live = apply(None, &containers(json!([{"name": "app", "image": "app:1"}])), false, &types, &ctx("a", "T1"))
-            .unwrap();
+        let live = apply(
+            None,
+            &containers(json!([{"name": "app", "image": "app:1"}])),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
         let live = apply(
             Some(&live),
             &containers(json!([{"name": "sidecar", "image": "proxy:1"}])),
@@ -750,14 +975,27 @@ mod tests {
             .map(|c| &c["name"])
             .collect();
         assert_eq!(names, [&json!("app"), &json!("sidecar")]);
-        let error = apply(Some(&live), &containers(json!([{"name": "app", "image": "app:2"}])), false, &types, &ctx("b", "T3"))
-            .unwrap_err();
+        let error = apply(
+            Some(&live),
+            &containers(json!([{"name": "app", "image": "app:2"}])),
+            false,
+            &types,
+            &ctx("b", "T3"),
+        )
+        .unwrap_err();
         assert_eq!(
             error.to_string(),
             r#"Apply failed with 1 conflict: conflict with "a": .spec.template.spec.containers[name="app"].image"#
         );
         // "a" drops its container: only "sidecar" remains.
-        let live = apply(Some(&live), &containers(json!([])), false, &types, &ctx("a", "T4")).unwrap();
+        let live = apply(
+            Some(&live),
+            &containers(json!([])),
+            false,
+            &types,
+            &ctx("a", "T4"),
+        )
+        .unwrap();
         assert_eq!(
             live["spec"]["template"]["spec"]["containers"],
             json!([{"name": "sidecar", "image": "proxy:1"}])
@@ -768,11 +1006,30 @@ mod tests {
     fn an_element_another_manager_still_owns_part_of_keeps_that_part() {
         let types = deployment();
         let containers = |list: Value| config(json!({"template": {"spec": {"containers": list}}}));
-        let live = apply(None, &containers(json!([{"name": "app", "image": "app:1"}])), false, &types, &ctx("a", "T1"))
-            .unwrap();
-        let live = apply(Some(&live), &containers(json!([{"name": "app", "args": ["-v"]}])), false, &types, &ctx("b", "T2"))
-            .unwrap();
-        let live = apply(Some(&live), &containers(json!([])), false, &types, &ctx("a", "T3")).unwrap();
+        let live = apply(
+            None,
+            &containers(json!([{"name": "app", "image": "app:1"}])),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
+        let live = apply(
+            Some(&live),
+            &containers(json!([{"name": "app", "args": ["-v"]}])),
+            false,
+            &types,
+            &ctx("b", "T2"),
+        )
+        .unwrap();
+        let live = apply(
+            Some(&live),
+            &containers(json!([])),
+            false,
+            &types,
+            &ctx("a", "T3"),
+        )
+        .unwrap();
         assert_eq!(
             live["spec"]["template"]["spec"]["containers"],
             json!([{"name": "app", "args": ["-v"]}])
@@ -791,15 +1048,38 @@ mod tests {
     #[test]
     fn update_records_an_update_entry_and_takes_ownership_from_the_applier() {
         let types = deployment();
-        let live = apply(None, &config(json!({"replicas": 2})), false, &types, &ctx("a", "T1")).unwrap();
+        let live = apply(
+            None,
+            &config(json!({"replicas": 2})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
         let mut scaled = live.clone();
         scaled["spec"]["replicas"] = json!(4);
         record_update(Some(&live), &mut scaled, &types, &ctx("hpa", "T2"));
         assert_eq!(owner_of(&scaled, "a"), &Value::Null);
-        assert_eq!(owner_of(&scaled, "hpa"), &json!({"f:spec": {"f:replicas": {}}}));
-        let update = entries(&scaled).into_iter().find(|e| e.manager == "hpa").unwrap();
-        assert_eq!((update.operation, update.time.as_deref()), (Operation::Update, Some("T2")));
-        let error = apply(Some(&scaled), &config(json!({"replicas": 2})), false, &types, &ctx("a", "T3")).unwrap_err();
+        assert_eq!(
+            owner_of(&scaled, "hpa"),
+            &json!({"f:spec": {"f:replicas": {}}})
+        );
+        let update = entries(&scaled)
+            .into_iter()
+            .find(|e| e.manager == "hpa")
+            .unwrap();
+        assert_eq!(
+            (update.operation, update.time.as_deref()),
+            (Operation::Update, Some("T2"))
+        );
+        let error = apply(
+            Some(&scaled),
+            &config(json!({"replicas": 2})),
+            false,
+            &types,
+            &ctx("a", "T3"),
+        )
+        .unwrap_err();
         assert_eq!(
             error.to_string(),
             r#"Apply failed with 1 conflict: conflict with "hpa" using apps/v1: .spec.replicas"#
@@ -814,7 +1094,10 @@ mod tests {
             "metadata": {"name": "c", "labels": {"app": "x"}},
             "data": {"k": "v"}
         });
-        let create_ctx = WriteContext { api_version: "v1", ..ctx("kubectl-create", "T1") };
+        let create_ctx = WriteContext {
+            api_version: "v1",
+            ..ctx("kubectl-create", "T1")
+        };
         record_update(None, &mut created, &types, &create_ctx);
         assert_eq!(
             owner_of(&created, "kubectl-create"),
@@ -823,7 +1106,15 @@ mod tests {
         // A write that removes a field takes it out of every entry.
         let mut trimmed = created.clone();
         trimmed["data"] = json!({});
-        record_update(Some(&created), &mut trimmed, &types, &WriteContext { manager: "other", ..create_ctx });
+        record_update(
+            Some(&created),
+            &mut trimmed,
+            &types,
+            &WriteContext {
+                manager: "other",
+                ..create_ctx
+            },
+        );
         assert_eq!(
             owner_of(&trimmed, "kubectl-create"),
             &json!({"f:data": {}, "f:metadata": {"f:labels": {".": {}, "f:app": {}}}})
@@ -833,7 +1124,14 @@ mod tests {
     #[test]
     fn update_honours_a_managed_fields_reset_and_keeps_records_on_an_empty_list() {
         let types = deployment();
-        let live = apply(None, &config(json!({"replicas": 2})), false, &types, &ctx("a", "T1")).unwrap();
+        let live = apply(
+            None,
+            &config(json!({"replicas": 2})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
         let mut kept = live.clone();
         kept["metadata"]["managedFields"] = json!([]);
         record_update(Some(&live), &mut kept, &types, &ctx("u", "T2"));
@@ -850,11 +1148,15 @@ mod tests {
         let live = config(json!({"replicas": 1}));
         let mut with_status = live.clone();
         with_status["status"] = json!({"replicas": 1});
-        let status_ctx = WriteContext { subresource: Some("status"), ..ctx("controller", "T1") };
+        let status_ctx = WriteContext {
+            subresource: Some("status"),
+            ..ctx("controller", "T1")
+        };
         record_update(Some(&live), &mut with_status, &types, &status_ctx);
         let mut applied = config(json!({}));
         applied["status"] = json!({"replicas": 3});
-        let error = apply(Some(&with_status), &applied, false, &types, &ctx("x", "T2")).unwrap_err();
+        let error =
+            apply(Some(&with_status), &applied, false, &types, &ctx("x", "T2")).unwrap_err();
         assert_eq!(
             error.to_string(),
             r#"Apply failed with 1 conflict: conflict with "controller" with subresource "status" using apps/v1: .status.replicas"#
@@ -883,7 +1185,13 @@ mod tests {
         );
         assert!(validate_patch_options(true, Some("kubectl"), true).is_ok());
         assert!(validate_patch_options(false, None, false).is_ok());
-        assert_eq!(validate_field_manager(&"m".repeat(129)).unwrap_err().code(), 422);
-        assert_eq!(manager_from_user_agent("kubectl/v1.37.1 (linux/amd64)"), "kubectl");
+        assert_eq!(
+            validate_field_manager(&"m".repeat(129)).unwrap_err().code(),
+            422
+        );
+        assert_eq!(
+            manager_from_user_agent("kubectl/v1.37.1 (linux/amd64)"),
+            "kubectl"
+        );
     }
 }
