@@ -210,8 +210,18 @@ impl FieldSet {
     pub fn from_object(value: &Value, types: &ListTypes) -> Result<FieldSet, FieldsError> {
         let mut set = FieldSet::new();
         let mut path = Vec::new();
-        collect_set(value, Some(types.root()), &mut path, &mut set)?;
+        collect_set(value, Some(types.root()), &mut path, &mut set, true)?;
         Ok(set)
+    }
+
+    /// Like [`FieldSet::from_object`] for a stored object, which may hold
+    /// list items without keys or with repeated keys: those are skipped.
+    pub fn from_stored_object(value: &Value, types: &ListTypes) -> FieldSet {
+        let mut set = FieldSet::new();
+        let mut path = Vec::new();
+        // Cannot fail: non-strict walks skip what strict walks reject.
+        let _ = collect_set(value, Some(types.root()), &mut path, &mut set, false);
+        set
     }
 }
 
@@ -436,13 +446,14 @@ fn collect_set(
     node: Option<&SchemaNode>,
     path: &mut Vec<String>,
     set: &mut FieldSet,
+    strict: bool,
 ) -> Result<(), FieldsError> {
-    for child in children(value, node, path, true)? {
+    for child in children(value, node, path, strict)? {
         path.push(child.element);
         if child.index.is_some() || matches!(shape(child.value, child.node), Shape::Leaf) {
             set.insert(path);
         }
-        collect_set(child.value, child.node, path, set)?;
+        collect_set(child.value, child.node, path, set, strict)?;
         path.pop();
     }
     Ok(())

@@ -218,6 +218,69 @@ pub fn write_managed_fields(object: &mut Value, entries: &[ManagedFieldsEntry]) 
     }
 }
 
+/// How many `Update` entries an object keeps before the oldest are merged.
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// The manager name of merged old `Update` entries.
+pub const ANCIENT_CHANGES_MANAGER: &str = "ancient-changes";
+
+/// Keeps at most `max` `Update` entries, as the server does: going from the
+/// oldest, each entry whose apiVersion was already seen is folded into an
+/// `ancient-changes` entry of that apiVersion (which takes over the first
+/// entry seen for it and the time of the latest folded one).
+pub fn cap_update_managers(entries: &mut Vec<ManagedFieldsEntry>, max: usize) {
+    let mut updaters: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].operation == Operation::Update)
+        .collect();
+    if updaters.len() <= max {
+        return;
+    }
+    updaters.sort_by(|&a, &b| {
+        entries[a]
+            .time
+            .cmp(&entries[b].time)
+            .then_with(|| entries[a].identity().cmp(&entries[b].identity()))
+    });
+    let mut remaining = updaters.len();
+    let mut first_by_version: Vec<(String, usize)> = Vec::new();
+    let mut folded = vec![false; entries.len()];
+    for &index in &updaters {
+        if remaining <= max {
+            break;
+        }
+        let version = entries[index].api_version.clone();
+        let Some(&(_, first)) = first_by_version.iter().find(|(v, _)| *v == version) else {
+            first_by_version.push((version, index));
+            continue;
+        };
+        let bucket = match entries.iter().position(|e| {
+            e.manager == ANCIENT_CHANGES_MANAGER
+                && e.operation == Operation::Update
+                && e.api_version == version
+                && e.subresource.is_none()
+        }) {
+            Some(bucket) => bucket,
+            None => {
+                let bucket = &mut entries[first];
+                bucket.manager = ANCIENT_CHANGES_MANAGER.to_string();
+                bucket.subresource = None;
+                first
+            }
+        };
+        let fields = entries[index].fields.clone();
+        entries[bucket].fields = entries[bucket].fields.union(&fields);
+        entries[bucket].time = entries[index].time.clone();
+        folded[index] = true;
+        remaining -= 1;
+    }
+    let mut position = 0;
+    entries.retain(|_| {
+        let keep = !folded[position];
+        position += 1;
+        keep
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +362,42 @@ mod tests {
             update.identity(),
             r#"{"manager":"kubelet","operation":"Update","apiVersion":"apps/v1","subresource":"status"}"#
         );
+    }
+
+    #[test]
+    fn more_than_ten_update_managers_fold_the_oldest_into_ancient_changes() {
+        let mut entries: Vec<ManagedFieldsEntry> = (0..12)
+            .map(|i| {
+                let mut e = entry(
+                    &format!("m{i:02}"),
+                    Operation::Update,
+                    &format!("2026-01-01T00:00:{i:02}Z"),
+                );
+                e.fields = FieldSet::new();
+                e.fields.insert(&["f:data".to_string(), format!("f:k{i}")]);
+                e
+            })
+            .collect();
+        entries.push(entry("applier", Operation::Apply, "2026-01-01T00:00:00Z"));
+        cap_update_managers(&mut entries, MAX_UPDATE_MANAGERS);
+        let updates: Vec<&ManagedFieldsEntry> = entries
+            .iter()
+            .filter(|e| e.operation == Operation::Update)
+            .collect();
+        assert_eq!(updates.len(), MAX_UPDATE_MANAGERS);
+        let ancient = updates
+            .iter()
+            .find(|e| e.manager == ANCIENT_CHANGES_MANAGER)
+            .unwrap();
+        // m00 became the bucket; m01 and m02 were folded into it.
+        assert_eq!(ancient.fields.paths().len(), 3);
+        assert_eq!(ancient.time.as_deref(), Some("2026-01-01T00:00:02Z"));
+        assert!(
+            entries
+                .iter()
+                .all(|e| !["m00", "m01", "m02"].contains(&e.manager.as_str()))
+        );
+        assert!(entries.iter().any(|e| e.manager == "applier"));
     }
 
     #[test]

@@ -13,7 +13,10 @@ use serde_json::{Map, Value, json};
 
 use super::fields::{FieldSet, FieldsError, compare, map_item_element, path_to_string, remove_at};
 use super::list_types::{ListType, ListTypes, SchemaNode, child_node, item_node};
-use super::managed::{ManagedFieldsEntry, Operation, read_managed_fields, write_managed_fields};
+use super::managed::{
+    MAX_UPDATE_MANAGERS, ManagedFieldsEntry, Operation, cap_update_managers, read_managed_fields,
+    write_managed_fields,
+};
 
 /// Who writes, and when.
 #[derive(Clone, Copy, Debug)]
@@ -215,6 +218,9 @@ pub fn manager_from_user_agent(user_agent: &str) -> String {
     user_agent.split('/').next().unwrap_or_default().to_string()
 }
 
+/// The updater an apply finds owning an object that has no managedFields.
+pub const BEFORE_FIRST_APPLY_MANAGER: &str = "before-first-apply";
+
 /// Metadata the server sets; an apply configuration cannot change it.
 const SERVER_SET_METADATA: &[&str] = &[
     "uid",
@@ -287,6 +293,18 @@ pub fn apply(
     let live_object = live.cloned().unwrap_or_else(|| Value::Object(Map::new()));
     // Unreadable ownership records are dropped, as the server resets them.
     let mut managers = read_managed_fields(&live_object).unwrap_or_default();
+    if live.is_some() && live_object.pointer("/metadata/managedFields").is_none() {
+        // An object nobody recorded ownership for: the server attributes
+        // everything in it to one updater, so applies conflict with it.
+        managers.push(ManagedFieldsEntry {
+            manager: BEFORE_FIRST_APPLY_MANAGER.to_string(),
+            operation: Operation::Update,
+            api_version: ctx.api_version.to_string(),
+            time: None,
+            fields: FieldSet::from_stored_object(&live_object, types).difference(&never_owned()),
+            subresource: None,
+        });
+    }
     let previous = managers
         .iter()
         .position(|e| {
@@ -345,6 +363,7 @@ pub fn apply(
         fields: applied_set,
         subresource: ctx.subresource.map(str::to_string),
     });
+    cap_update_managers(&mut managers, MAX_UPDATE_MANAGERS);
     write_managed_fields(&mut merged, &managers);
     Ok(merged)
 }
@@ -409,6 +428,7 @@ pub fn record_update(
         own.time = Some(ctx.time.to_string());
     }
     managers.push(own);
+    cap_update_managers(&mut managers, MAX_UPDATE_MANAGERS);
     write_managed_fields(new, &managers);
 }
 
@@ -1161,6 +1181,37 @@ mod tests {
             error.to_string(),
             r#"Apply failed with 1 conflict: conflict with "controller" with subresource "status" using apps/v1: .status.replicas"#
         );
+    }
+
+    #[test]
+    fn an_object_without_managed_fields_is_owned_by_before_first_apply() {
+        let types = deployment();
+        let legacy = config(json!({"replicas": 1, "paused": false}));
+        let error = apply(
+            Some(&legacy),
+            &config(json!({"replicas": 3, "paused": false})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            r#"Apply failed with 1 conflict: conflict with "before-first-apply" using apps/v1: .spec.replicas"#
+        );
+        let out = apply(
+            Some(&legacy),
+            &config(json!({"paused": false})),
+            false,
+            &types,
+            &ctx("a", "T1"),
+        )
+        .unwrap();
+        assert_eq!(
+            owner_of(&out, "before-first-apply"),
+            &json!({"f:spec": {"f:paused": {}, "f:replicas": {}}})
+        );
+        assert_eq!(owner_of(&out, "a"), &json!({"f:spec": {"f:paused": {}}}));
     }
 
     #[test]
