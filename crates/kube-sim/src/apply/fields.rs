@@ -807,4 +807,51 @@ mod tests {
         assert_eq!(object, json!({}));
         assert!(!remove_at(&mut object, &element_b, &types));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn element() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-c]".prop_map(|f| format!("f:{f}")),
+                "[a-c]".prop_map(|n| format!("k:{{\"name\":\"{n}\"}}")),
+                "[a-c]".prop_map(|v| format!("v:\"{v}\"")),
+                (0u8..3).prop_map(|i| format!("v:{i}")),
+            ]
+        }
+
+        fn field_set() -> impl Strategy<Value = FieldSet> {
+            prop::collection::vec(prop::collection::vec(element(), 1..4), 0..8).prop_map(|paths| {
+                let mut set = FieldSet::new();
+                for path in &paths {
+                    set.insert(path);
+                }
+                set
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn any_field_set_survives_the_fields_v1_round_trip(set in field_set()) {
+                let json = set.to_fields_v1();
+                prop_assert_eq!(FieldSet::from_fields_v1(&json).unwrap(), set);
+            }
+
+            #[test]
+            fn set_operations_agree_with_their_member_paths(a in field_set(), b in field_set()) {
+                let in_a = |p: &FieldPath| a.contains(p);
+                let in_b = |p: &FieldPath| b.contains(p);
+                for path in a.union(&b).paths() {
+                    prop_assert!(in_a(&path) || in_b(&path));
+                }
+                for path in a.paths().iter().chain(b.paths().iter()) {
+                    prop_assert!(a.union(&b).contains(path));
+                    prop_assert_eq!(a.intersection(&b).contains(path), in_a(path) && in_b(path));
+                    prop_assert_eq!(a.difference(&b).contains(path), in_a(path) && !in_b(path));
+                }
+                prop_assert!(a.difference(&b).intersection(&b).is_empty());
+            }
+        }
+    }
 }

@@ -738,4 +738,60 @@ mod tests {
             strategic_merge(&pod_with(json!({})), &json!({"$patch": "delete"}), &pod()).unwrap();
         assert_eq!(out, json!({}));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// RFC 7386 JSON merge patch, the behaviour strategic merge must
+        /// match wherever no list has a merge key.
+        fn merge_patch(target: &Value, patch: &Value) -> Value {
+            let Value::Object(patch) = patch else {
+                return patch.clone();
+            };
+            let mut out = target.as_object().cloned().unwrap_or_default();
+            for (key, value) in patch {
+                if value.is_null() {
+                    out.remove(key);
+                } else {
+                    let merged = merge_patch(out.get(key).unwrap_or(&Value::Null), value);
+                    out.insert(key.clone(), merged);
+                }
+            }
+            Value::Object(out)
+        }
+
+        fn object(with_nulls: bool) -> impl Strategy<Value = Value> {
+            let plain = prop_oneof![
+                any::<bool>().prop_map(Value::from),
+                (-3i64..3).prop_map(Value::from),
+                "[a-z]{0,2}".prop_map(Value::from),
+                prop::collection::vec((0i64..3).prop_map(Value::from), 0..3).prop_map(Value::from),
+            ];
+            // Nulls only in patches, where they mean "delete".
+            let scalar = if with_nulls {
+                prop_oneof![plain, Just(Value::Null)].boxed()
+            } else {
+                plain.boxed()
+            };
+            let value = scalar.prop_recursive(3, 12, 3, |inner| {
+                prop::collection::btree_map("[a-d]", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect()))
+            });
+            prop::collection::btree_map("[a-d]", value, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect()))
+        }
+
+        proptest! {
+            #[test]
+            fn without_merge_keys_strategic_merge_is_a_json_merge_patch(
+                original in object(false),
+                patch in object(true),
+            ) {
+                let types = ListTypes::builtin("v1", "ConfigMap").unwrap();
+                let out = strategic_merge(&original, &patch, &types).unwrap();
+                prop_assert_eq!(out, merge_patch(&original, &patch));
+            }
+        }
+    }
 }

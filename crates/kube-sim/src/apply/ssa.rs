@@ -1245,4 +1245,70 @@ mod tests {
             "kubectl"
         );
     }
+
+    mod properties {
+        use super::super::super::fields::get_at;
+        use super::*;
+        use proptest::prelude::*;
+
+        fn spec() -> impl Strategy<Value = Value> {
+            let scalar = prop_oneof![
+                any::<bool>().prop_map(Value::from),
+                (-3i64..3).prop_map(Value::from),
+                "[a-z]{0,2}".prop_map(Value::from),
+            ];
+            let value = scalar.prop_recursive(3, 12, 3, |inner| {
+                prop::collection::btree_map("[a-d]", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect()))
+            });
+            prop::collection::btree_map("[a-d]", value, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect()))
+        }
+
+        proptest! {
+            #[test]
+            fn applying_the_same_configuration_twice_changes_nothing(spec in spec()) {
+                let types = ListTypes::object_meta_only();
+                let applied = config(spec);
+                let once = apply(None, &applied, false, &types, &ctx("a", "T1")).unwrap();
+                let twice = apply(Some(&once), &applied, false, &types, &ctx("a", "T2")).unwrap();
+                prop_assert_eq!(twice, once);
+            }
+
+            #[test]
+            fn a_sole_owner_applying_nothing_removes_everything_it_owned(spec in spec()) {
+                let types = ListTypes::object_meta_only();
+                let live = apply(None, &config(spec), false, &types, &ctx("a", "T1")).unwrap();
+                let owned = FieldSet::from_object(&live, &types).unwrap().difference(&never_owned());
+                let emptied = apply(Some(&live), &config(json!({})), false, &types, &ctx("a", "T2")).unwrap();
+                for path in owned.paths() {
+                    prop_assert!(get_at(&emptied, &path, &types).is_none(), "{:?} survived in {}", path, emptied);
+                }
+                prop_assert!(emptied["metadata"].get("managedFields").is_none());
+            }
+
+            #[test]
+            fn a_forced_apply_wins_every_field_it_sets_and_keeps_the_rest(first in spec(), second in spec()) {
+                let types = ListTypes::object_meta_only();
+                let live = apply(None, &config(first), false, &types, &ctx("a", "T1")).unwrap();
+                let applied = config(second);
+                let out = apply(Some(&live), &applied, true, &types, &ctx("b", "T2")).unwrap();
+                for entry in read_managed_fields(&out).unwrap() {
+                    let source = if entry.manager == "b" { &applied } else { &live };
+                    for path in entry.fields.paths() {
+                        prop_assert_eq!(get_at(&out, &path, &types), get_at(source, &path, &types));
+                    }
+                }
+                // Ownership is exact: nothing owned is missing from the object.
+                let mut stripped = out.clone();
+                for entry in read_managed_fields(&out).unwrap() {
+                    for path in entry.fields.paths() {
+                        remove_at(&mut stripped, &path, &types);
+                    }
+                }
+                prop_assert!(FieldSet::from_object(&stripped, &types).unwrap().difference(&never_owned()).paths().iter()
+                    .all(|path| get_at(&out, path, &types).is_some()));
+            }
+        }
+    }
 }
