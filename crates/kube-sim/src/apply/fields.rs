@@ -694,7 +694,7 @@ mod tests {
             "spec": {
                 "containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]}],
                 "tolerations": [{"key": "k"}],
-                "nodeSelector": {}
+                "securityContext": {}
             }
         });
         let set = FieldSet::from_object(&object, &pod()).unwrap();
@@ -709,6 +709,23 @@ mod tests {
             }
         });
         assert_eq!(set.to_fields_v1(), expected);
+    }
+
+    #[test]
+    fn owner_references_and_selectors_are_owned_whole() {
+        let object = json!({
+            "metadata": {"ownerReferences": [{"uid": "1", "kind": "Job", "name": "j"}]},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "replicas": 1}
+        });
+        let types = ListTypes::builtin("apps/v1", "ReplicaSet").unwrap();
+        let set = FieldSet::from_object(&object, &types).unwrap();
+        assert_eq!(
+            set.to_fields_v1(),
+            json!({
+                "f:metadata": {"f:ownerReferences": {"k:{\"uid\":\"1\"}": {}}},
+                "f:spec": {"f:replicas": {}, "f:selector": {}}
+            })
+        );
     }
 
     #[test]

@@ -185,10 +185,20 @@ impl ListTypes {
 
     fn add_object_meta(&mut self) {
         self.keyed("metadata.ownerReferences", &["uid"], Some("uid"));
+        // OwnerReference is an atomic struct: each reference is owned whole.
+        self.node_mut("metadata.ownerReferences[]").atomic_map = true;
         let finalizers = self.node_mut("metadata.finalizers");
         finalizers.list_type = Some(ListType::Set);
         finalizers.smp_list = Some(SmpListStrategy::MergePrimitives);
         self.set_list("metadata.managedFields", ListType::Atomic);
+    }
+
+    /// Markers for a built-in kind the table does not list: `ObjectMeta`
+    /// lists only, every other list replaced, strategic merge allowed.
+    pub fn generic_builtin() -> Self {
+        let mut types = ListTypes::object_meta_only();
+        types.strategic_merge = true;
+        types
     }
 
     /// Markers for a custom resource from its version's `openAPIV3Schema`,
@@ -226,6 +236,7 @@ impl ListTypes {
                 t.keyed("status.addresses", &["type"], Some("type"));
             }
             ("", "Service") => {
+                t.node_mut("spec.selector").atomic_map = true;
                 t.keyed("spec.ports", &["port", "protocol"], Some("port"));
                 t.key_default("spec.ports", "protocol", "TCP");
                 t.keyed("status.conditions", &["type"], Some("type"));
@@ -239,18 +250,22 @@ impl ListTypes {
             ("", "PersistentVolumeClaim") => {
                 t.keyed("status.conditions", &["type"], Some("type"));
             }
-            ("", "ConfigMap" | "Secret" | "Event" | "Endpoints" | "LimitRange")
+            ("", "Event") => t.node_mut("involvedObject").atomic_map = true,
+            ("events.k8s.io", "Event") => t.node_mut("regarding").atomic_map = true,
+            ("", "ConfigMap" | "Secret" | "Endpoints" | "LimitRange")
             | ("", "ResourceQuota" | "PersistentVolume")
             | ("coordination.k8s.io", "Lease")
-            | ("events.k8s.io", "Event")
             | ("scheduling.k8s.io", "PriorityClass")
             | ("rbac.authorization.k8s.io", _)
             | ("apiextensions.k8s.io", "CustomResourceDefinition") => {}
             ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") => {
+                // LabelSelector is an atomic struct.
+                t.node_mut("spec.selector").atomic_map = true;
                 t.add_pod_spec("spec.template.spec");
                 t.keyed("status.conditions", &["type"], Some("type"));
             }
             ("batch", "Job") => {
+                t.node_mut("spec.selector").atomic_map = true;
                 t.add_pod_spec("spec.template.spec");
                 // Job conditions are atomic for apply but merged by type in
                 // strategic merge patches.
@@ -302,6 +317,8 @@ impl ListTypes {
         );
         // No merge key: strategic merge replaces them whole.
         self.set_list(&format!("{pod_spec}.tolerations"), ListType::Atomic);
+        self.node_mut(&format!("{pod_spec}.nodeSelector"))
+            .atomic_map = true;
     }
 
     fn add_pod_status(&mut self) {
@@ -448,6 +465,16 @@ mod tests {
     #[test]
     fn deployment_pod_template_uses_the_pod_spec_table() {
         let deploy = ListTypes::builtin("apps/v1", "Deployment").unwrap();
+        assert!(
+            node(&deploy, &["spec", "selector"])
+                .unwrap()
+                .is_atomic_map()
+        );
+        assert!(
+            node(&deploy, &["metadata", "ownerReferences", "[]"])
+                .unwrap()
+                .is_atomic_map()
+        );
         let env = node(
             &deploy,
             &["spec", "template", "spec", "containers", "[]", "env"],
