@@ -1,0 +1,2 @@
+//! Mokka pure-core benchmarks (filled in below as modules land).
+fn main() {}

@@ -1,0 +1,12 @@
+//! Mokka: simulated-GPU racks for Kubernetes.
+//!
+//! This crate holds the `mokka.nvidia.com/v1alpha1` API and the pure core the
+//! controller builds on. Nothing here does I/O or reads a clock: timestamps
+//! and cluster state are passed in, so every function is a value-in,
+//! value-out computation that tests can pin down with vectors.
+
+pub mod api;
+mod error;
+
+pub use api::{crds, crds_yaml};
+pub use error::MokkaError;

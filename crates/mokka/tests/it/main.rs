@@ -1,0 +1,3 @@
+//! Integration tests of the public surface: generated CRDs and the example manifests.
+
+mod crds;
