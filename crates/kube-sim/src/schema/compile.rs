@@ -154,6 +154,10 @@ pub(super) struct Compiler {
     errors: Vec<FieldError>,
 }
 
+/// The formats the apiserver keeps in CRD schemas, compared with dashes
+/// removed as go-openapi normalizes format names; any other format
+/// (`int32`, `int64`, `float`, `double` included) is stripped before
+/// validation and so validates nothing.
 const SUPPORTED_FORMATS: &[&str] = &[
     "bsonobjectid",
     "uri",
@@ -179,11 +183,6 @@ const SUPPORTED_FORMATS: &[&str] = &[
     "date",
     "duration",
     "datetime",
-    "date-time",
-    "int32",
-    "int64",
-    "float",
-    "double",
 ];
 
 impl Compiler {
@@ -354,7 +353,10 @@ impl Compiler {
             Some(Value::String(f)) if !f.is_empty() => {
                 // The apiserver strips formats it does not know before
                 // validating, so they validate nothing.
-                SUPPORTED_FORMATS.contains(&f.as_str()).then(|| f.clone())
+                let normalized = f.replace('-', "");
+                SUPPORTED_FORMATS
+                    .contains(&normalized.as_str())
+                    .then(|| f.clone())
             }
             _ => None,
         };

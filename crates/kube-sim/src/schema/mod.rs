@@ -23,14 +23,16 @@
 //! static type checker (so a rule naming a missing field fails when it is
 //! evaluated rather than when the CRD is created) and with a cost proxy
 //! instead of cel-go's cost model (see [`RUNTIME_COST_BUDGET`]); CEL values
-//! have no `timestamp`, `duration`, `bytes` (format byte), `quantity`, `url`
-//! or `ip` types, nor the Kubernetes list library (`isSorted`, `sum`, ...);
+//! have no `timestamp`, `duration`, `bytes` (format byte), `quantity`, `url`,
+//! `ip` or `cidr` types (the Kubernetes list, regex and sets functions are
+//! provided);
 //! `metadata` is left to the caller (it is neither pruned nor validated here,
 //! as the apiserver validates it as ObjectMeta).
 
 mod compile;
 mod errors;
 mod formats;
+mod k8s_lib;
 mod prune;
 mod rules;
 mod validate;
@@ -121,6 +123,7 @@ impl CompiledSchema {
     ) -> Vec<FieldError> {
         let mut errs = Vec::new();
         validate::validate_value(&self.root, new, old, "", &mut errs);
+        validate::validate_embedded_resources(&self.root, new, "", &mut errs);
         validate::validate_list_types(&self.root, new, "", &mut errs);
         if !self.has_rules {
             return errs;

@@ -7,7 +7,8 @@
 //! library (`size`, `has`, `all`, `exists`, `exists_one`, `map`, `filter`,
 //! `matches`, `startsWith`, `endsWith`, `contains`, conversions, optionals)
 //! and its strings extension (`lowerAscii`, `upperAscii`, `trim`, `split`,
-//! `join`, `indexOf`, `replace`, `substring`, ...).
+//! `join`, `indexOf`, `replace`, `substring`, ...), plus the Kubernetes
+//! list, regex and sets functions in [`super::k8s_lib`].
 //!
 //! Cost: cel-rust has no cost accounting, so evaluation is bounded by a
 //! proxy. Each rule evaluation costs the number of JSON nodes it is handed
@@ -36,6 +37,8 @@ pub const PER_CALL_LIMIT: i64 = 1_000_000;
 static ENV: LazyLock<Result<Arc<Env>, String>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
     env.add_extension(::cel::extensions::strings)
+        .map_err(|e| e.to_string())?;
+    env.add_extension(super::k8s_lib::extension)
         .map_err(|e| e.to_string())?;
     Ok(Arc::new(env))
 });

@@ -141,13 +141,25 @@ fn integral_float_is_accepted_for_integer_type() {
 
 #[test]
 fn int32_format_does_not_range_check_as_in_the_apiserver() {
-    // The apiserver's number validator carries no type/format, so an int32
-    // field accepts any int64.
+    // The apiserver strips int32/int64/float/double from CRD schemas, so an
+    // int32 field accepts any int64.
     let s = compile(spec_schema(
         json!({"n": {"type": "integer", "format": "int32"}}),
         json!([]),
     ));
     assert!(create_messages(&s, resource(json!({"n": 1_i64 << 40}))).is_empty());
+}
+
+#[test]
+fn stripped_numeric_formats_leave_the_plain_type_check() {
+    let s = compile(spec_schema(
+        json!({"n": {"type": "integer", "format": "int32"}}),
+        json!([]),
+    ));
+    assert_eq!(
+        create_messages(&s, resource(json!({"n": true}))),
+        ["spec.n: Invalid value: \"boolean\": spec.n in body must be of type integer: \"boolean\""]
+    );
 }
 
 // ------------------------------------------------------------------ types
@@ -270,6 +282,19 @@ fn enum_violation_lists_supported_values() {
         ["spec.mode: Unsupported value: \"x\": supported values: \"a\", \"b\""]
     );
     assert!(create_messages(&s, resource(json!({"mode": "b"}))).is_empty());
+}
+
+#[test]
+fn null_never_matches_an_enum_even_when_nullable() {
+    // kube-openapi skips null enum entries and never matches a null value.
+    let s = compile(spec_schema(
+        json!({"mode": {"type": "string", "nullable": true, "enum": ["a", null]}}),
+        json!([]),
+    ));
+    assert_eq!(
+        create_messages(&s, resource(json!({"mode": null}))),
+        ["spec.mode: Unsupported value: null: supported values: \"a\", \"null\""]
+    );
 }
 
 #[test]
@@ -561,6 +586,43 @@ fn embedded_resource_keeps_api_version_kind_and_metadata() {
     assert_eq!(
         obj["spec"]["template"],
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": "b"}}, "spec": {"image": "busybox"}})
+    );
+}
+
+#[test]
+fn embedded_resource_needs_api_version_and_a_dns_label_kind() {
+    let s = compile(spec_schema(
+        json!({"templates": {"type": "array", "items": {
+            "type": "object",
+            "x-kubernetes-embedded-resource": true,
+            "x-kubernetes-preserve-unknown-fields": true
+        }}}),
+        json!([]),
+    ));
+    assert!(
+        create_messages(
+            &s,
+            resource(json!({"templates": [{"apiVersion": "apps/v1", "kind": "Deployment"}]}))
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        create_messages(
+            &s,
+            resource(json!({"templates": [
+                {"kind": "Pod"},
+                {"apiVersion": "a/b/c", "kind": "Bad_Kind", "metadata": "x"},
+                {"apiVersion": 1, "kind": ""}
+            ]}))
+        ),
+        [
+            "spec.templates[0].apiVersion: Required value",
+            "spec.templates[1].apiVersion: Invalid value: \"a/b/c\": unexpected GroupVersion string: a/b/c",
+            "spec.templates[1].kind: Invalid value: \"Bad_Kind\": may have mixed case, but should otherwise match: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+            "spec.templates[1].metadata: Invalid value: \"x\": must be an object",
+            "spec.templates[2].apiVersion: Invalid value: 1: must be a string",
+            "spec.templates[2].kind: Required value",
+        ]
     );
 }
 
@@ -1013,6 +1075,40 @@ fn standard_macros_and_string_functions_are_available() {
             "spec: Invalid value: \"object\": core tag",
             "spec: Invalid value: \"object\": short lowercase name",
             "spec: Invalid value: \"object\": opt ends with !",
+        ]
+    );
+}
+
+#[test]
+fn kubernetes_list_regex_and_sets_functions_are_available() {
+    let s = compile(spec_with_rules(
+        json!({
+            "steps": {"type": "array", "items": {"type": "integer"}},
+            "zones": {"type": "array", "items": {"type": "string"}},
+            "ref": {"type": "string"}
+        }),
+        json!([
+            {"rule": "self.steps.isSorted() && self.steps.sum() <= 10 && self.steps.max() < 8", "message": "steps"},
+            {"rule": "sets.contains(['a', 'b', 'c'], self.zones)", "message": "zones"},
+            {"rule": "self.ref.find('[0-9]+') != ''", "message": "ref has a number"}
+        ]),
+    ));
+    assert!(
+        create_messages(
+            &s,
+            resource(json!({"steps": [1, 2, 3], "zones": ["a"], "ref": "v12"}))
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        create_messages(
+            &s,
+            resource(json!({"steps": [3, 1], "zones": ["z"], "ref": "none"}))
+        ),
+        [
+            "spec: Invalid value: \"object\": steps",
+            "spec: Invalid value: \"object\": zones",
+            "spec: Invalid value: \"object\": ref has a number",
         ]
     );
 }

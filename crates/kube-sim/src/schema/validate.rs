@@ -566,3 +566,114 @@ fn check_list_map(node: &Node, items: &[Value], field: &str, errs: &mut Vec<Fiel
         ));
     }
 }
+
+/// Embedded resources (`x-kubernetes-embedded-resource`) must carry a
+/// string `apiVersion` that parses as a group/version and a `kind` that is a
+/// DNS-1035 label in any case. Their `metadata` must be an object; its
+/// ObjectMeta rules are the caller's, as for the root.
+pub(super) fn validate_embedded_resources(
+    node: &Node,
+    value: &Value,
+    field: &str,
+    errs: &mut Vec<FieldError>,
+) {
+    match value {
+        Value::Object(map) => {
+            if node.embedded_resource {
+                check_embedded_resource(map, field, errs);
+            }
+            for (key, v) in map {
+                if let Some(prop) = node.properties.get(key) {
+                    validate_embedded_resources(prop, v, &path::child(field, key), errs);
+                } else if let Additional::Schema(value_node) = &node.additional {
+                    validate_embedded_resources(value_node, v, &path::key(field, key), errs);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_node) = node.items.as_deref() {
+                for (i, item) in items.iter().enumerate() {
+                    validate_embedded_resources(item_node, item, &path::index(field, i), errs);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+const DNS1035_LABEL_MESSAGE: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+
+fn check_embedded_resource(
+    map: &serde_json::Map<String, Value>,
+    field: &str,
+    errs: &mut Vec<FieldError>,
+) {
+    for name in ["apiVersion", "kind"] {
+        if !map.contains_key(name) {
+            errs.push(FieldError::required(&path::child(field, name), ""));
+        }
+    }
+    for (key, v) in map {
+        let child = path::child(field, key);
+        match key.as_str() {
+            "apiVersion" => match v {
+                Value::String(s) if s.is_empty() => errs.push(FieldError::required(&child, "")),
+                Value::String(s) if s.matches('/').count() > 1 => errs.push(FieldError::invalid(
+                    &child,
+                    v.clone(),
+                    format!("unexpected GroupVersion string: {s}"),
+                )),
+                Value::String(_) => {}
+                other => errs.push(FieldError::invalid(
+                    &child,
+                    other.clone(),
+                    "must be a string",
+                )),
+            },
+            "kind" => match v {
+                Value::String(s) if s.is_empty() => errs.push(FieldError::required(&child, "")),
+                Value::String(s) => {
+                    let problems = dns1035_label_problems(&s.to_lowercase());
+                    if !problems.is_empty() {
+                        errs.push(FieldError::invalid(
+                            &child,
+                            v.clone(),
+                            format!(
+                                "may have mixed case, but should otherwise match: {}",
+                                problems.join(",")
+                            ),
+                        ));
+                    }
+                }
+                other => errs.push(FieldError::invalid(
+                    &child,
+                    other.clone(),
+                    "must be a string",
+                )),
+            },
+            "metadata" if !v.is_object() => {
+                errs.push(FieldError::invalid(&child, v.clone(), "must be an object"));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn dns1035_label_problems(label: &str) -> Vec<&'static str> {
+    let mut problems = Vec::new();
+    if label.len() > 63 {
+        problems.push("must be no more than 63 characters");
+    }
+    let bytes = label.as_bytes();
+    let well_formed = bytes.first().is_some_and(u8::is_ascii_lowercase)
+        && bytes
+            .last()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    if !well_formed {
+        problems.push(DNS1035_LABEL_MESSAGE);
+    }
+    problems
+}
