@@ -478,8 +478,7 @@ fn typed_patch_error(applied: &Value, error: &FieldsError) -> ApplyError {
 }
 
 /// Merges a configuration into the live object: maps field by field,
-/// atomic lists and maps replaced, sets by value and map-lists by key
-/// (live order kept, new elements appended in configuration order).
+/// atomic lists and maps replaced, sets by value and map-lists by key.
 fn merge_configuration(live: &Value, config: &Value, node: Option<&SchemaNode>) -> Value {
     match (live, config) {
         (Value::Object(live_map), Value::Object(config_map))
@@ -500,44 +499,108 @@ fn merge_configuration(live: &Value, config: &Value, node: Option<&SchemaNode>) 
         (Value::Array(live_items), Value::Array(config_items)) => {
             match node.map(SchemaNode::list_type) {
                 Some(ListType::Set) => {
-                    let mut out = live_items.clone();
-                    for item in config_items {
-                        if !out.contains(item) {
-                            out.push(item.clone());
-                        }
-                    }
-                    Value::Array(out)
+                    let identity = |item: &Value| Some(item.to_string());
+                    Value::Array(merge_list_items(
+                        live_items,
+                        config_items,
+                        identity,
+                        |live, config| live.unwrap_or(config).clone(),
+                    ))
                 }
                 Some(ListType::Map { keys }) => {
                     let identity = |item: &Value| map_item_element(item, keys, node, 0, &[]).ok();
-                    let by_identity: BTreeMap<String, &Value> = config_items
-                        .iter()
-                        .filter_map(|item| identity(item).map(|id| (id, item)))
-                        .collect();
-                    let mut merged_ids = BTreeSet::new();
-                    let mut out = Vec::with_capacity(live_items.len() + config_items.len());
-                    for item in live_items {
-                        let id = identity(item);
-                        match id.as_ref().and_then(|id| by_identity.get(id)) {
-                            Some(config_item) => {
-                                out.push(merge_configuration(item, config_item, item_node(node)));
-                                merged_ids.extend(id);
-                            }
-                            None => out.push(item.clone()),
-                        }
-                    }
-                    for item in config_items {
-                        if identity(item).is_none_or(|id| !merged_ids.contains(&id)) {
-                            out.push(item.clone());
-                        }
-                    }
-                    Value::Array(out)
+                    Value::Array(merge_list_items(
+                        live_items,
+                        config_items,
+                        identity,
+                        |live, config| match live {
+                            Some(live) => merge_configuration(live, config, item_node(node)),
+                            None => config.clone(),
+                        },
+                    ))
                 }
                 _ => config.clone(),
             }
         }
         _ => config.clone(),
     }
+}
+
+/// Merges the items of a set or map-list in the order the server uses:
+/// items both lists hold follow the configuration's order, items only the
+/// configuration holds sit where it puts them, and items only the live
+/// list holds keep their place among them.
+fn merge_list_items(
+    live: &[Value],
+    config: &[Value],
+    identity: impl Fn(&Value) -> Option<String>,
+    merge: impl Fn(Option<&Value>, &Value) -> Value,
+) -> Vec<Value> {
+    // Live items without identity cannot match anything; they stay as they are.
+    let live_ids: Vec<String> = live
+        .iter()
+        .enumerate()
+        .map(|(index, item)| identity(item).unwrap_or_else(|| format!("#{index}")))
+        .collect();
+    let config_ids: Vec<String> = config
+        .iter()
+        .enumerate()
+        .map(|(index, item)| identity(item).unwrap_or_else(|| format!("#config{index}")))
+        .collect();
+    let mut live_by_id: BTreeMap<&str, &Value> = BTreeMap::new();
+    for (id, item) in live_ids.iter().zip(live) {
+        live_by_id.entry(id).or_insert(item);
+    }
+    let in_config: BTreeSet<&str> = config_ids.iter().map(String::as_str).collect();
+    // Shared items, in configuration order: the next one due decides
+    // whether a shared live item is emitted now or later.
+    let mut shared = config_ids
+        .iter()
+        .filter(|id| live_by_id.contains_key(id.as_str()))
+        .map(String::as_str);
+    let mut next_shared = shared.next();
+    let mut merged: BTreeSet<&str> = BTreeSet::new();
+    let mut out = Vec::with_capacity(live.len().max(config.len()));
+    let (mut l, mut r) = (0, 0);
+    while l < live.len() || r < config.len() {
+        if l < live.len() && r < config.len() {
+            let id = live_ids[l].as_str();
+            if id == config_ids[r] {
+                out.push(merge(live_by_id.get(id).copied(), &config[r]));
+                merged.insert(id);
+                l += 1;
+                r += 1;
+                next_shared = shared.next();
+                continue;
+            }
+            if in_config.contains(id) && next_shared.is_some_and(|due| due != id) {
+                l += 1;
+                continue;
+            }
+        }
+        if l < live.len() {
+            let id = live_ids[l].as_str();
+            if !in_config.contains(id) {
+                out.push(live[l].clone());
+                l += 1;
+                continue;
+            }
+            if merged.contains(id) {
+                l += 1;
+                continue;
+            }
+        }
+        if r < config.len() {
+            let id = config_ids[r].as_str();
+            out.push(merge(live_by_id.get(id).copied(), &config[r]));
+            merged.insert(id);
+            r += 1;
+            if next_shared == Some(id) {
+                next_shared = shared.next();
+            }
+        }
+    }
+    out
 }
 
 /// Removes what the manager applied last time and omits now, unless
@@ -952,7 +1015,8 @@ mod tests {
             &ctx("b", "T2"),
         )
         .unwrap();
-        assert_eq!(live["metadata"]["finalizers"], json!(["x/a", "x/b"]));
+        // Shared items follow the applier's order.
+        assert_eq!(live["metadata"]["finalizers"], json!(["x/b", "x/a"]));
         let live = apply(
             Some(&live),
             &finalizers(json!([])),
@@ -1054,6 +1118,20 @@ mod tests {
             live["spec"]["template"]["spec"]["containers"],
             json!([{"name": "app", "args": ["-v"]}])
         );
+    }
+
+    #[test]
+    fn merged_lists_follow_the_configuration_order_and_keep_live_only_items_in_place() {
+        let live = [json!("a"), json!("x"), json!("b"), json!("c")];
+        let config = [json!("c"), json!("new"), json!("a")];
+        let identity = |v: &Value| v.as_str().map(str::to_string);
+        let merged = merge_list_items(&live, &config, identity, |l, c| l.unwrap_or(c).clone());
+        assert_eq!(
+            merged,
+            [json!("x"), json!("b"), json!("c"), json!("new"), json!("a")]
+        );
+        let untouched = merge_list_items(&live, &[], identity, |l, c| l.unwrap_or(c).clone());
+        assert_eq!(untouched, live);
     }
 
     #[test]
