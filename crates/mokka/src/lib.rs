@@ -7,6 +7,7 @@
 
 pub mod api;
 mod error;
+pub mod identity;
 
 pub use api::{crds, crds_yaml};
 pub use error::MokkaError;
