@@ -760,7 +760,7 @@ impl Compiler {
     /// Defaults must validate against their schema and survive pruning.
     fn check_default(&mut self, node: &Node, default: &Value, path: &str) {
         let mut pruned = default.clone();
-        super::prune::prune_value(node, &mut pruned, false);
+        super::prune::prune_value(node, &mut pruned, false, "", &mut Vec::new());
         if &pruned != default {
             self.invalid(path, default.clone(), "must not have unknown fields");
             return;

@@ -83,7 +83,8 @@ pub struct FieldError {
 pub(super) const ROOT_FIELD: &str = "<nil>";
 
 impl FieldError {
-    pub(super) fn new(
+    /// An error at `field` (an empty field prints as `<nil>`).
+    pub fn new(
         field: &str,
         kind: FieldErrorKind,
         value: Option<Value>,
@@ -102,16 +103,28 @@ impl FieldError {
         }
     }
 
-    pub(super) fn invalid(field: &str, value: Value, detail: impl Into<String>) -> Self {
+    /// `Invalid value: <value>: <detail>`.
+    pub fn invalid(field: &str, value: Value, detail: impl Into<String>) -> Self {
         Self::new(field, FieldErrorKind::Invalid, Some(value), detail)
     }
 
-    pub(super) fn required(field: &str, detail: impl Into<String>) -> Self {
+    /// `Required value[: <detail>]`.
+    pub fn required(field: &str, detail: impl Into<String>) -> Self {
         Self::new(field, FieldErrorKind::Required, None, detail)
     }
 
+    /// `Forbidden: <detail>`.
+    pub fn forbidden(field: &str, detail: impl Into<String>) -> Self {
+        Self::new(field, FieldErrorKind::Forbidden, None, detail)
+    }
+
+    /// `Duplicate value: <value>`.
+    pub fn duplicate(field: &str, value: Value) -> Self {
+        Self::new(field, FieldErrorKind::Duplicate, Some(value), "")
+    }
+
     /// `Too long: may not be more than N bytes` (the 1.32+ wording).
-    pub(super) fn too_long(field: &str, max: u64) -> Self {
+    pub fn too_long(field: &str, max: u64) -> Self {
         let unit = if max == 1 { "byte" } else { "bytes" };
         Self::new(
             field,
@@ -122,7 +135,7 @@ impl FieldError {
     }
 
     /// `Too many: <actual>: must have at most N items`.
-    pub(super) fn too_many(field: &str, actual: u64, max: u64) -> Self {
+    pub fn too_many(field: &str, actual: u64, max: u64) -> Self {
         let unit = if max == 1 { "item" } else { "items" };
         Self::new(
             field,
@@ -133,7 +146,7 @@ impl FieldError {
     }
 
     /// `Unsupported value: <v>: supported values: "a", "b"`.
-    pub(super) fn not_supported(field: &str, value: Value, supported: &[String]) -> Self {
+    pub fn not_supported(field: &str, value: Value, supported: &[String]) -> Self {
         let detail = if supported.is_empty() {
             String::new()
         } else {

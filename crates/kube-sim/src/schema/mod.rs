@@ -102,26 +102,47 @@ impl CompiledSchema {
     /// non-nullable fields that have no default, then applies defaults where
     /// a field is absent. Run it on every decoded request body and on every
     /// object read from storage, as the apiserver defaults on both paths.
-    pub fn prepare(&self, obj: &mut Value) {
-        prune::prune_value(&self.root, obj, true);
+    ///
+    /// Returns the paths of the unknown fields it dropped (`spec.colour`,
+    /// `spec.items[0].x`), for the apiserver's field validation: a warning
+    /// `unknown field "<path>"` (Warn, kubectl's default) or a 400
+    /// `strict decoding error: unknown field "<path>"` (Strict).
+    pub fn prepare(&self, obj: &mut Value) -> Vec<String> {
+        let mut pruned = Vec::new();
+        prune::prune_value(&self.root, obj, true, "", &mut pruned);
         prune::prune_non_nullable_nulls(&self.root, obj);
         prune::apply_defaults(&self.root, obj);
+        pruned
     }
 
     /// Validates a prepared object; `old` is the stored object on an update
     /// (it enables transition rules and the apiserver's ratcheting of
     /// unchanged values). An empty result means valid.
     pub fn validate(&self, new: &Value, old: Option<&Value>) -> Vec<FieldError> {
-        self.validate_with(new, old, rules::Evaluator::new())
+        self.validate_after(new, old, Vec::new())
+    }
+
+    /// Like [`validate`](Self::validate), after errors the caller already
+    /// found (the apiserver validates `metadata` first): they come first in
+    /// the result and, like the schema's own errors, can keep the CEL rules
+    /// from running.
+    pub fn validate_after(
+        &self,
+        new: &Value,
+        old: Option<&Value>,
+        prior: Vec<FieldError>,
+    ) -> Vec<FieldError> {
+        self.validate_with(new, old, prior, rules::Evaluator::new())
     }
 
     fn validate_with(
         &self,
         new: &Value,
         old: Option<&Value>,
+        prior: Vec<FieldError>,
         mut evaluator: rules::Evaluator,
     ) -> Vec<FieldError> {
-        let mut errs = Vec::new();
+        let mut errs = prior;
         validate::validate_value(&self.root, new, old, "", &mut errs);
         validate::validate_embedded_resources(&self.root, new, "", &mut errs);
         validate::validate_list_types(&self.root, new, "", &mut errs);

@@ -6,20 +6,42 @@
 use serde_json::{Map, Value};
 
 use super::compile::{Additional, Node};
+use super::errors::path;
 
 /// Fields every resource (and embedded resource) keeps whatever its schema
 /// says; the apiserver owns their validation.
 const RESOURCE_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
 /// Drops the fields `node` does not know. `resource_root` keeps
-/// `apiVersion`, `kind` and `metadata` (metadata is left untouched).
-pub(super) fn prune_value(node: &Node, value: &mut Value, resource_root: bool) {
+/// `apiVersion`, `kind` and `metadata` (metadata is left untouched). The
+/// path of every dropped field is appended to `pruned` (`field` is the path
+/// of `value`, "" for the root).
+pub(super) fn prune_value(
+    node: &Node,
+    value: &mut Value,
+    resource_root: bool,
+    field: &str,
+    pruned: &mut Vec<String>,
+) {
     match value {
-        Value::Object(map) => prune_object(node, map, resource_root || node.embedded_resource),
+        Value::Object(map) => prune_object(
+            node,
+            map,
+            resource_root || node.embedded_resource,
+            field,
+            pruned,
+        ),
         Value::Array(items) => {
             if let Some(item_node) = node.items.as_deref() {
-                for item in items {
-                    prune_value(item_node, item, item_node.embedded_resource);
+                for (i, item) in items.iter_mut().enumerate() {
+                    let item_field = path::index(field, i);
+                    prune_value(
+                        item_node,
+                        item,
+                        item_node.embedded_resource,
+                        &item_field,
+                        pruned,
+                    );
                 }
             }
         }
@@ -27,11 +49,24 @@ pub(super) fn prune_value(node: &Node, value: &mut Value, resource_root: bool) {
     }
 }
 
-fn prune_object(node: &Node, map: &mut Map<String, Value>, resource: bool) {
+fn prune_object(
+    node: &Node,
+    map: &mut Map<String, Value>,
+    resource: bool,
+    field: &str,
+    pruned: &mut Vec<String>,
+) {
     match &node.additional {
         Additional::Schema(value_node) => {
-            for value in map.values_mut() {
-                prune_value(value_node, value, value_node.embedded_resource);
+            for (key, value) in map.iter_mut() {
+                let value_field = path::child(field, key);
+                prune_value(
+                    value_node,
+                    value,
+                    value_node.embedded_resource,
+                    &value_field,
+                    pruned,
+                );
             }
             return;
         }
@@ -39,9 +74,13 @@ fn prune_object(node: &Node, map: &mut Map<String, Value>, resource: bool) {
         Additional::Unspecified => {}
     }
     map.retain(|key, _| {
-        node.preserve_unknown
+        let known = node.preserve_unknown
             || node.properties.contains_key(key)
-            || (resource && RESOURCE_FIELDS.contains(&key.as_str()))
+            || (resource && RESOURCE_FIELDS.contains(&key.as_str()));
+        if !known {
+            pruned.push(path::child(field, key));
+        }
+        known
     });
     for (key, value) in map.iter_mut() {
         // A resource's metadata is the apiserver's: its schema may only
@@ -50,7 +89,8 @@ fn prune_object(node: &Node, map: &mut Map<String, Value>, resource: bool) {
             continue;
         }
         if let Some(prop) = node.properties.get(key) {
-            prune_value(prop, value, prop.embedded_resource);
+            let prop_field = path::child(field, key);
+            prune_value(prop, value, prop.embedded_resource, &prop_field, pruned);
         }
     }
 }

@@ -530,23 +530,53 @@ fn not_rejects_a_matching_value() {
 
 #[test]
 fn unknown_fields_are_pruned_but_resource_fields_and_metadata_are_kept() {
-    let s = compile(spec_schema(json!({"name": {"type": "string"}}), json!([])));
+    let s = compile(spec_schema(
+        json!({"name": {"type": "string"}, "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}}}),
+        json!([]),
+    ));
     let mut obj = json!({
         "apiVersion": "example.com/v1",
         "kind": "Widget",
         "metadata": {"name": "w1", "anything": {"kept": true}},
-        "spec": {"name": "a", "colour": "red"},
+        "spec": {"name": "a", "colour": "red", "list": [{"a": "x", "b": "y"}]},
         "extra": 1
     });
-    s.prepare(&mut obj);
+    let pruned = s.prepare(&mut obj);
+    assert_eq!(pruned, ["extra", "spec.colour", "spec.list[0].b"]);
     assert_eq!(
         obj,
         json!({
             "apiVersion": "example.com/v1",
             "kind": "Widget",
             "metadata": {"name": "w1", "anything": {"kept": true}},
-            "spec": {"name": "a"}
+            "spec": {"name": "a", "list": [{"a": "x"}]}
         })
+    );
+}
+
+#[test]
+fn errors_found_before_schema_validation_come_first_and_block_rules() {
+    let s = compile(spec_with_rules(
+        json!({"a": {"type": "integer"}}),
+        json!([{"rule": "false", "message": "rule ran"}]),
+    ));
+    let mut obj = resource(json!({"a": 1}));
+    s.prepare(&mut obj);
+    let prior = vec![FieldError::required(
+        "metadata.name",
+        "name or generateName is required",
+    )];
+    let messages: Vec<_> = s
+        .validate_after(&obj, None, prior)
+        .iter()
+        .map(FieldError::message)
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "metadata.name: Required value: name or generateName is required",
+            NOT_CHECKED
+        ]
     );
 }
 
@@ -1262,7 +1292,12 @@ fn cost_budget_stops_further_rules_with_the_apiserver_message() {
     ));
     let obj = resource(json!({"items": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}));
     // Each item evaluation costs 2; a budget of 7 allows three.
-    let errs = s.validate_with(&obj, None, rules::Evaluator::with_limits(7, 100));
+    let errs = s.validate_with(
+        &obj,
+        None,
+        Vec::new(),
+        rules::Evaluator::with_limits(7, 100),
+    );
     let messages: Vec<_> = errs.iter().map(FieldError::message).collect();
     assert_eq!(
         messages,
@@ -1283,7 +1318,12 @@ fn per_call_limit_stops_a_rule_over_a_huge_value() {
         json!([]),
     ));
     let obj = resource(json!({"items": [1, 2, 3, 4, 5]}));
-    let errs = s.validate_with(&obj, None, rules::Evaluator::with_limits(1000, 4));
+    let errs = s.validate_with(
+        &obj,
+        None,
+        Vec::new(),
+        rules::Evaluator::with_limits(1000, 4),
+    );
     assert_eq!(
         errs.iter().map(FieldError::message).collect::<Vec<_>>(),
         [
