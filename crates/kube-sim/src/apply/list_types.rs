@@ -96,6 +96,7 @@ pub(crate) fn item_node(node: Option<&SchemaNode>) -> Option<&SchemaNode> {
 pub struct ListTypes {
     root: SchemaNode,
     strategic_merge: bool,
+    builtin: bool,
 }
 
 impl ListTypes {
@@ -110,6 +111,12 @@ impl ListTypes {
     /// The schema root.
     pub fn root(&self) -> &SchemaNode {
         &self.root
+    }
+
+    /// Whether this describes a built-in kind (a Go struct on the real
+    /// server, whose `spec` and `status` exist even when empty).
+    pub fn is_builtin(&self) -> bool {
+        self.builtin
     }
 
     /// Whether the kind accepts `application/strategic-merge-patch+json`.
@@ -198,6 +205,7 @@ impl ListTypes {
     pub fn generic_builtin() -> Self {
         let mut types = ListTypes::object_meta_only();
         types.strategic_merge = true;
+        types.builtin = true;
         types
     }
 
@@ -207,6 +215,7 @@ impl ListTypes {
         let mut types = ListTypes {
             root: node_from_openapi(open_api_v3_schema),
             strategic_merge: false,
+            builtin: false,
         };
         types.add_object_meta();
         types
@@ -216,8 +225,7 @@ impl ListTypes {
     /// it. `api_version` is `v1` or `group/version`.
     pub fn builtin(api_version: &str, kind: &str) -> Option<Self> {
         let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
-        let mut t = ListTypes::object_meta_only();
-        t.strategic_merge = true;
+        let mut t = ListTypes::generic_builtin();
         match (group, kind) {
             ("", "Pod") => {
                 t.add_pod_spec("spec");

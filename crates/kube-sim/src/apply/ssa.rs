@@ -382,8 +382,8 @@ pub fn record_update(
     types: &ListTypes,
     ctx: &WriteContext<'_>,
 ) {
-    let empty = Value::Object(Map::new());
-    let old_object = old.unwrap_or(&empty);
+    let before_create = empty_object_before(new, types);
+    let old_object = old.unwrap_or(&before_create);
     let mut managers = match new.pointer("/metadata/managedFields") {
         Some(Value::Array(list)) if list.len() == 1 && list[0] == json!({}) => Vec::new(),
         Some(Value::Array(list)) if !list.is_empty() => read_managed_fields(new)
@@ -430,6 +430,21 @@ pub fn record_update(
     managers.push(own);
     cap_update_managers(&mut managers, MAX_UPDATE_MANAGERS);
     write_managed_fields(new, &managers);
+}
+
+/// What a create is compared against. A built-in kind's `spec` and
+/// `status` are structs that exist even when empty, so creating one adds
+/// the fields inside them but not the maps themselves (no `"."` entry).
+fn empty_object_before(new: &Value, types: &ListTypes) -> Value {
+    let mut empty = Map::new();
+    if types.is_builtin() {
+        for section in ["spec", "status"] {
+            if new.get(section).is_some_and(Value::is_object) {
+                empty.insert(section.to_string(), Value::Object(Map::new()));
+            }
+        }
+    }
+    Value::Object(empty)
 }
 
 /// The configuration as the merge sees it: server-set metadata removed and
@@ -1216,6 +1231,32 @@ mod tests {
         assert_eq!(
             owner_of(&trimmed, "kubectl-create"),
             &json!({"f:data": {}, "f:metadata": {"f:labels": {".": {}, "f:app": {}}}})
+        );
+    }
+
+    #[test]
+    fn creating_a_built_in_kind_records_spec_fields_without_a_dot_for_spec() {
+        let pod_types = ListTypes::builtin("v1", "Pod").unwrap();
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        });
+        let create_ctx = WriteContext {
+            api_version: "v1",
+            ..ctx("kubectl-create", "T1")
+        };
+        record_update(None, &mut pod, &pod_types, &create_ctx);
+        assert_eq!(
+            owner_of(&pod, "kubectl-create"),
+            &json!({"f:spec": {"f:containers": {".": {}, "k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
+        );
+        // A custom resource is a free-form object: its spec is new, with ".".
+        let crd_types = ListTypes::from_crd_schema(&json!({"type": "object"}));
+        let mut widget = json!({"apiVersion": "x.io/v1", "kind": "W", "metadata": {"name": "w"}, "spec": {"size": 1}});
+        record_update(None, &mut widget, &crd_types, &create_ctx);
+        assert_eq!(
+            owner_of(&widget, "kubectl-create"),
+            &json!({"f:spec": {".": {}, "f:size": {}}})
         );
     }
 
