@@ -7,7 +7,10 @@
 
 pub mod api;
 mod error;
+pub mod fixtures;
 pub mod identity;
+pub mod profile;
+mod text;
 
 pub use api::{crds, crds_yaml};
 pub use error::MokkaError;
