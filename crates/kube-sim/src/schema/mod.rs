@@ -145,7 +145,16 @@ impl CompiledSchema {
         let mut errs = prior;
         validate::validate_value(&self.root, new, old, "", &mut errs);
         validate::validate_embedded_resources(&self.root, new, "", &mut errs);
-        validate::validate_list_types(&self.root, new, "", &mut errs);
+        // List-type invariants are ratcheted as a whole: an update is only
+        // checked when the old object met them.
+        let old_lists_valid = old.is_none_or(|old| {
+            let mut old_errs = Vec::new();
+            validate::validate_list_types(&self.root, old, "", &mut old_errs);
+            old_errs.is_empty()
+        });
+        if old_lists_valid {
+            validate::validate_list_types(&self.root, new, "", &mut errs);
+        }
         if !self.has_rules {
             return errs;
         }

@@ -476,6 +476,24 @@ fn list_type_set_reports_the_second_appearance_as_duplicate() {
 }
 
 #[test]
+fn list_type_duplicates_already_stored_are_not_reported_on_update() {
+    let s = compile(spec_schema(
+        json!({"tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}),
+        json!([]),
+    ));
+    let old = resource(json!({"tags": ["a", "a"]}));
+    assert!(update_messages(&s, resource(json!({"tags": ["a", "a", "b"]})), old).is_empty());
+    assert_eq!(
+        update_messages(
+            &s,
+            resource(json!({"tags": ["b", "b"]})),
+            resource(json!({"tags": ["b"]}))
+        ),
+        ["spec.tags[1]: Duplicate value: \"b\""]
+    );
+}
+
+#[test]
 fn list_type_map_reports_the_duplicate_key() {
     let s = compile(spec_schema(
         json!({"ports": {
