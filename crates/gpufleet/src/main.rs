@@ -1,0 +1,38 @@
+//! `gpufleet`: one binary for the GPU cluster control loops and kube-sim.
+
+mod cli;
+mod logging;
+mod sim;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    if let Err(e) = logging::init(cli.log_format, &cli.log_level) {
+        eprintln!("gpufleet: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpufleet: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            cli::Command::Sim(cli::SimCommand::Serve(args)) => sim::serve(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "gpufleet failed");
+            eprintln!("gpufleet: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

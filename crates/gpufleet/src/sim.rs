@@ -1,0 +1,43 @@
+//! `gpufleet sim serve`: kube-sim as a standalone server for kubectl and
+//! other outside clients.
+
+use anyhow::Context;
+
+use crate::cli::ServeArgs;
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let sim = kube_sim::KubeSim::builder()
+        .port(args.port)
+        .watch_history(args.watch_history)
+        .start()
+        .await
+        .context("starting kube-sim")?;
+    write_kubeconfig(&args.kubeconfig, &sim.kubeconfig())?;
+    tracing::info!(
+        url = %sim.url(),
+        kubeconfig = %args.kubeconfig.display(),
+        "kube-sim is serving; use it with KUBECONFIG={}",
+        args.kubeconfig.display()
+    );
+    wait_for_signal().await?;
+    tracing::info!("shutting down kube-sim");
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Written to a temporary file first so a reader never sees half a file.
+fn write_kubeconfig(path: &std::path::Path, yaml: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, yaml)
+        .with_context(|| format!("writing kubeconfig to {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("moving kubeconfig to {}", path.display()))
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT"),
+        _ = term.recv() => Ok(()),
+    }
+}

@@ -1,0 +1,164 @@
+//! Discovery documents: `/version`, `/api`, `/apis`, `/apis/<g>` and the
+//! per group-version resource lists kubectl and kube-rs read.
+
+use serde_json::{Value, json};
+
+use crate::resources::{Registry, ResourceType};
+
+pub const SERVER_VERSION_MINOR: &str = "33";
+
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": SERVER_VERSION_MINOR,
+        "gitVersion": format!("v1.{SERVER_VERSION_MINOR}.0-kube-sim"),
+        "gitCommit": "kube-sim",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "none (kube-sim is written in Rust)",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    })
+}
+
+pub fn core_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ],
+    })
+}
+
+fn group_json(group: &str, versions: &[String]) -> Value {
+    let list: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    let preferred = list.first().cloned().unwrap_or(Value::Null);
+    json!({
+        "name": group,
+        "versions": list,
+        "preferredVersion": preferred,
+    })
+}
+
+pub fn group_list(registry: &Registry) -> Value {
+    let groups: Vec<Value> = registry
+        .groups()
+        .iter()
+        .map(|(g, versions)| group_json(g, versions))
+        .collect();
+    json!({
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": groups,
+    })
+}
+
+pub fn group(registry: &Registry, name: &str) -> Option<Value> {
+    let groups = registry.groups();
+    let versions = groups.get(name)?;
+    let mut doc = group_json(name, versions);
+    doc["kind"] = json!("APIGroup");
+    doc["apiVersion"] = json!("v1");
+    Some(doc)
+}
+
+const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+fn resource_entries(rt: &ResourceType, version: &str) -> Vec<Value> {
+    let mut entry = json!({
+        "name": rt.plural,
+        "singularName": rt.singular,
+        "namespaced": rt.namespaced,
+        "kind": rt.kind,
+        "verbs": ALL_VERBS,
+    });
+    if !rt.short_names.is_empty() {
+        entry["shortNames"] = json!(rt.short_names);
+    }
+    if !rt.categories.is_empty() {
+        entry["categories"] = json!(rt.categories);
+    }
+    let mut entries = vec![entry];
+    if rt.has_status(version) {
+        entries.push(json!({
+            "name": format!("{}/status", rt.plural),
+            "singularName": "",
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    entries
+}
+
+/// The `APIResourceList` of one group-version, or None when nothing is served there.
+pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
+    let resources: Vec<Value> = registry
+        .all()
+        .filter(|rt| rt.group == group && rt.serves(version))
+        .flat_map(|rt| resource_entries(rt, version))
+        .collect();
+    if resources.is_empty() {
+        return None;
+    }
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": resources,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_resource_list_carries_status_subresources_and_short_names() {
+        let registry = Registry::with_builtins();
+        let list = resource_list(&registry, "", "v1").unwrap();
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"pods"));
+        assert!(names.contains(&"pods/status"));
+        assert!(!names.contains(&"configmaps/status"));
+        let pods = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "pods")
+            .unwrap();
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert_eq!(pods["namespaced"], json!(true));
+    }
+
+    #[test]
+    fn unknown_group_versions_have_no_resource_list() {
+        let registry = Registry::with_builtins();
+        assert!(resource_list(&registry, "example.com", "v1").is_none());
+        assert!(group(&registry, "example.com").is_none());
+        assert!(group(&registry, "coordination.k8s.io").is_some());
+    }
+}

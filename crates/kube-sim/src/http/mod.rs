@@ -1,0 +1,289 @@
+//! The HTTP face of kube-sim: one axum Router, usable in-process as a
+//! `kube::Client` service or served on a loopback port.
+
+pub mod discovery;
+mod path;
+mod protobuf;
+mod query;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::patch::{self, PatchKind};
+use crate::store::{DeleteOptions, Store, Subresource};
+use path::{ApiPath, Target};
+
+/// Largest request body accepted, as kube-apiserver's 3 MiB limit.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<Store>,
+    /// `host:port` reported in `/api`; empty until a listener is bound.
+    pub server_address: Arc<parking_lot::RwLock<String>>,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/version",
+            get(|| async { json_response(StatusCode::OK, &discovery::version()) }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+        .route("/api", get(core_versions))
+        .route("/apis", get(group_list))
+        .fallback(dispatch)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    bytes_response(status, Bytes::from(value.to_string()))
+}
+
+fn bytes_response(status: StatusCode, body: Bytes) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn core_versions(State(state): State<AppState>) -> Response {
+    let address = state.server_address.read().clone();
+    json_response(StatusCode::OK, &discovery::core_versions(&address))
+}
+
+async fn group_list(State(state): State<AppState>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &discovery::group_list(&state.store.registry()),
+    )
+}
+
+async fn dispatch(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match handle(&state, &method, &uri, &headers, body).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn handle(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let store = &state.store;
+    let parsed = ApiPath::parse(uri.path()).ok_or_else(ApiError::no_such_resource)?;
+    let target = match parsed {
+        ApiPath::GroupDiscovery { group } => {
+            let doc = discovery::group(&store.registry(), &group)
+                .ok_or_else(ApiError::no_such_resource)?;
+            return Ok(json_response(StatusCode::OK, &doc));
+        }
+        ApiPath::ResourceDiscovery { group, version } => {
+            let doc = discovery::resource_list(&store.registry(), &group, &version)
+                .ok_or_else(ApiError::no_such_resource)?;
+            return Ok(json_response(StatusCode::OK, &doc));
+        }
+        ApiPath::Resource(raw) => raw.resolve(store)?,
+    };
+    let query = query::Query::parse(uri.query().unwrap_or_default());
+    match (&target.name, target.subresource.as_deref()) {
+        (None, _) => collection(store, &target, method, &query, headers, body),
+        (Some(_), None) => object(
+            store,
+            &target,
+            method,
+            &query,
+            headers,
+            body,
+            Subresource::Main,
+        ),
+        (Some(_), Some("status")) if target.rt.has_status(&target.version) => object(
+            store,
+            &target,
+            method,
+            &query,
+            headers,
+            body,
+            Subresource::Status,
+        ),
+        (Some(_), Some(_)) => Err(ApiError::no_such_resource()),
+    }
+}
+
+/// The object in a create or replace body: JSON, or the protobuf subset
+/// kubectl's generator commands send.
+fn request_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let base = content_type.split(';').next().unwrap_or_default().trim();
+    match base {
+        "" | "application/json" | "*/*" => parse_body(body),
+        protobuf::CONTENT_TYPE => protobuf::decode(body).map_err(|e| {
+            ApiError::unsupported_media_type(&format!("{content_type}: {e}"), &["application/json"])
+        }),
+        _ => Err(ApiError::unsupported_media_type(
+            content_type,
+            &["application/json"],
+        )),
+    }
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body of the request could not be decoded as JSON: {e}"
+        ))
+    })
+}
+
+fn collection(
+    store: &Arc<Store>,
+    target: &Target,
+    method: &Method,
+    query: &query::Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let rt = &target.rt;
+    let ns = target.namespace.as_deref();
+    match *method {
+        Method::GET if query.watch => {
+            let opts = query.watch_options(rt)?;
+            let stream = store.watch(rt.clone(), &target.version, ns, opts)?;
+            let mut response = Response::new(Body::from_stream(stream));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            Ok(response)
+        }
+        Method::GET => {
+            let page = store.list(rt, ns, &query.list_options(rt)?)?;
+            Ok(bytes_response(
+                StatusCode::OK,
+                Store::render_list(rt, &target.version, &page),
+            ))
+        }
+        Method::POST => {
+            if rt.namespaced && ns.is_none() {
+                return Err(ApiError::method_not_allowed());
+            }
+            let value = request_object(headers, &body)?;
+            let created = store.create(rt, &target.version, ns, value, query.dry_run)?;
+            Ok(bytes_response(
+                StatusCode::CREATED,
+                Store::render(rt, &target.version, &created),
+            ))
+        }
+        Method::DELETE => {
+            let opts = delete_options(&body, query)?;
+            let page = store.list(rt, ns, &query.list_options(rt)?)?;
+            let mut deleted = Vec::new();
+            for obj in &page.items {
+                let obj_ns = (!obj.namespace.is_empty()).then_some(obj.namespace.as_str());
+                match store.delete(rt, obj_ns, &obj.name, &opts) {
+                    Ok(d) => deleted.push(d),
+                    Err(e) if e.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let page = crate::store::ListPage {
+                items: deleted,
+                resource_version: store.current_rv(),
+                continue_token: None,
+                remaining: None,
+            };
+            Ok(bytes_response(
+                StatusCode::OK,
+                Store::render_list(rt, &target.version, &page),
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+fn delete_options(body: &[u8], query: &query::Query) -> Result<DeleteOptions, ApiError> {
+    let mut opts = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        DeleteOptions::from_body(&parse_body(body)?)
+    };
+    opts.dry_run |= query.dry_run;
+    Ok(opts)
+}
+
+fn object(
+    store: &Arc<Store>,
+    target: &Target,
+    method: &Method,
+    query: &query::Query,
+    headers: &HeaderMap,
+    body: Bytes,
+    sub: Subresource,
+) -> Result<Response, ApiError> {
+    let rt = &target.rt;
+    let ns = target.namespace.as_deref();
+    let name = target.name.as_deref().unwrap_or_default();
+    let version = &target.version;
+    let respond = |obj: Arc<crate::object::StoredObject>, code: StatusCode| {
+        Ok(bytes_response(code, Store::render(rt, version, &obj)))
+    };
+    match *method {
+        Method::GET => respond(store.get(rt, ns, name)?, StatusCode::OK),
+        Method::PUT => {
+            let value = request_object(headers, &body)?;
+            respond(
+                store.update(rt, version, ns, name, value, sub, query.dry_run)?,
+                StatusCode::OK,
+            )
+        }
+        Method::PATCH => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let kind = PatchKind::from_content_type(content_type).ok_or_else(|| {
+                ApiError::unsupported_media_type(
+                    content_type,
+                    &[patch::JSON, patch::MERGE, patch::APPLY, patch::STRATEGIC],
+                )
+            })?;
+            respond(
+                store.patch(rt, version, ns, name, kind, &body, sub, query.dry_run)?,
+                StatusCode::OK,
+            )
+        }
+        Method::DELETE if sub == Subresource::Main => {
+            let opts = delete_options(&body, query)?;
+            respond(store.delete(rt, ns, name, &opts)?, StatusCode::OK)
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}

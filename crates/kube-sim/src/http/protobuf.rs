@@ -1,0 +1,344 @@
+//! Just enough of the Kubernetes protobuf encoding to accept what kubectl
+//! sends in protobuf: its generator commands (`kubectl create configmap`,
+//! `create secret`, `create namespace`, `create serviceaccount`) encode the
+//! new object as `application/vnd.kubernetes.protobuf`, and client-go has no
+//! JSON fallback for protobuf. kube-sim answers in JSON, which kubectl accepts.
+//!
+//! Wire format: the magic `k8s\0`, then a `runtime.Unknown` message whose
+//! `raw` field holds the object message. Unsupported kinds get a 415.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+const MAGIC: &[u8] = b"k8s\0";
+
+#[derive(Debug, PartialEq)]
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+/// Iterates over the (field number, value) pairs of one message.
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = self.buf.split_first().ok_or("truncated varint")?;
+            self.buf = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("varint longer than 10 bytes".into())
+    }
+
+    fn next_field(&mut self) -> Option<Result<(u64, Field<'a>), String>> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        Some(self.read_field())
+    }
+
+    fn read_field(&mut self) -> Result<(u64, Field<'a>), String> {
+        let key = self.varint()?;
+        let number = key >> 3;
+        let field = match key & 7 {
+            0 => Field::Varint(self.varint()?),
+            1 => {
+                self.skip(8)?;
+                Field::Fixed
+            }
+            2 => {
+                let len = usize::try_from(self.varint()?).map_err(|_| "length overflow")?;
+                if len > self.buf.len() {
+                    return Err("truncated length-delimited field".into());
+                }
+                let (bytes, rest) = self.buf.split_at(len);
+                self.buf = rest;
+                Field::Bytes(bytes)
+            }
+            5 => {
+                self.skip(4)?;
+                Field::Fixed
+            }
+            other => return Err(format!("unsupported wire type {other}")),
+        };
+        Ok((number, field))
+    }
+
+    fn skip(&mut self, n: usize) -> Result<(), String> {
+        if n > self.buf.len() {
+            return Err("truncated fixed-width field".into());
+        }
+        self.buf = &self.buf[n..];
+        Ok(())
+    }
+}
+
+fn fields(buf: &[u8]) -> Result<Vec<(u64, Field<'_>)>, String> {
+    let mut reader = Reader { buf };
+    let mut out = Vec::new();
+    while let Some(field) = reader.next_field() {
+        out.push(field?);
+    }
+    Ok(out)
+}
+
+fn text(bytes: &[u8]) -> Result<String, String> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| "a string field is not UTF-8".to_string())
+}
+
+/// A `map<string, string|bytes>` entry: key = 1, value = 2.
+fn map_entry(bytes: &[u8], value_is_bytes: bool) -> Result<(String, Value), String> {
+    let mut key = String::new();
+    let mut value = Value::String(String::new());
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => key = text(b)?,
+            (2, Field::Bytes(b)) if value_is_bytes => {
+                value = Value::String(base64::engine::general_purpose::STANDARD.encode(b));
+            }
+            (2, Field::Bytes(b)) => value = Value::String(text(b)?),
+            _ => {}
+        }
+    }
+    Ok((key, value))
+}
+
+fn insert_map_entry(
+    obj: &mut Map<String, Value>,
+    name: &str,
+    bytes: &[u8],
+    is_bytes: bool,
+) -> Result<(), String> {
+    let (k, v) = map_entry(bytes, is_bytes)?;
+    let map = obj.entry(name).or_insert_with(|| Value::Object(Map::new()));
+    if let Some(map) = map.as_object_mut() {
+        map.insert(k, v);
+    }
+    Ok(())
+}
+
+fn push(obj: &mut Map<String, Value>, name: &str, value: Value) {
+    let list = obj.entry(name).or_insert_with(|| Value::Array(Vec::new()));
+    if let Some(list) = list.as_array_mut() {
+        list.push(value);
+    }
+}
+
+fn owner_reference(bytes: &[u8]) -> Result<Value, String> {
+    let mut owner = Map::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => drop(owner.insert("kind".into(), text(b)?.into())),
+            (3, Field::Bytes(b)) => drop(owner.insert("name".into(), text(b)?.into())),
+            (4, Field::Bytes(b)) => drop(owner.insert("uid".into(), text(b)?.into())),
+            (5, Field::Bytes(b)) => drop(owner.insert("apiVersion".into(), text(b)?.into())),
+            (6, Field::Varint(v)) => drop(owner.insert("controller".into(), (v != 0).into())),
+            (7, Field::Varint(v)) => {
+                drop(owner.insert("blockOwnerDeletion".into(), (v != 0).into()))
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(owner))
+}
+
+/// `ObjectMeta`: the fields a client may set on create.
+fn object_meta(bytes: &[u8]) -> Result<Value, String> {
+    let mut meta = Map::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            // proto2 encoders emit empty optional strings; JSON omits them.
+            (_, Field::Bytes([])) if matches!(number, 1 | 2 | 3 | 6) => {}
+            (1, Field::Bytes(b)) => drop(meta.insert("name".into(), text(b)?.into())),
+            (2, Field::Bytes(b)) => drop(meta.insert("generateName".into(), text(b)?.into())),
+            (3, Field::Bytes(b)) => drop(meta.insert("namespace".into(), text(b)?.into())),
+            (6, Field::Bytes(b)) => drop(meta.insert("resourceVersion".into(), text(b)?.into())),
+            (11, Field::Bytes(b)) => insert_map_entry(&mut meta, "labels", b, false)?,
+            (12, Field::Bytes(b)) => insert_map_entry(&mut meta, "annotations", b, false)?,
+            (13, Field::Bytes(b)) => push(&mut meta, "ownerReferences", owner_reference(b)?),
+            (14, Field::Bytes(b)) => push(&mut meta, "finalizers", text(b)?.into()),
+            _ => {}
+        }
+    }
+    Ok(Value::Object(meta))
+}
+
+fn config_map(raw: &[u8]) -> Result<Map<String, Value>, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(raw)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
+            (2, Field::Bytes(b)) => insert_map_entry(&mut obj, "data", b, false)?,
+            (3, Field::Bytes(b)) => insert_map_entry(&mut obj, "binaryData", b, true)?,
+            (4, Field::Varint(v)) => drop(obj.insert("immutable".into(), (v != 0).into())),
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
+fn secret(raw: &[u8]) -> Result<Map<String, Value>, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(raw)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
+            (2, Field::Bytes(b)) => insert_map_entry(&mut obj, "data", b, true)?,
+            (3, Field::Bytes(b)) => drop(obj.insert("type".into(), text(b)?.into())),
+            (4, Field::Bytes(b)) => insert_map_entry(&mut obj, "stringData", b, false)?,
+            (5, Field::Varint(v)) => drop(obj.insert("immutable".into(), (v != 0).into())),
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
+fn namespace(raw: &[u8]) -> Result<Map<String, Value>, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(raw)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
+            (2, Field::Bytes(b)) => {
+                let mut spec = Map::new();
+                for (n, f) in fields(b)? {
+                    if let (1, Field::Bytes(fin)) = (n, f) {
+                        push(&mut spec, "finalizers", text(fin)?.into());
+                    }
+                }
+                obj.insert("spec".into(), Value::Object(spec));
+            }
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
+fn service_account(raw: &[u8]) -> Result<Map<String, Value>, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(raw)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
+            (4, Field::Varint(v)) => {
+                drop(obj.insert("automountServiceAccountToken".into(), (v != 0).into()))
+            }
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
+/// Decodes a protobuf-encoded object into its JSON form.
+pub fn decode(body: &[u8]) -> Result<Value, String> {
+    let envelope = body
+        .strip_prefix(MAGIC)
+        .ok_or("missing the k8s protobuf magic prefix")?;
+    let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), None);
+    for (number, field) in fields(envelope)? {
+        match (number, field) {
+            (1, Field::Bytes(type_meta)) => {
+                for (n, f) in fields(type_meta)? {
+                    match (n, f) {
+                        (1, Field::Bytes(b)) => api_version = text(b)?,
+                        (2, Field::Bytes(b)) => kind = text(b)?,
+                        _ => {}
+                    }
+                }
+            }
+            (2, Field::Bytes(b)) => raw = Some(b),
+            _ => {}
+        }
+    }
+    let raw = raw.ok_or("protobuf envelope without an object")?;
+    let mut obj = match (api_version.as_str(), kind.as_str()) {
+        ("v1", "ConfigMap") => config_map(raw)?,
+        ("v1", "Secret") => secret(raw)?,
+        ("v1", "Namespace") => namespace(raw)?,
+        ("v1", "ServiceAccount") => service_account(raw)?,
+        _ => {
+            return Err(format!(
+                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace and ServiceAccount, not {api_version} {kind}; send JSON"
+            ));
+        }
+    };
+    obj.insert("apiVersion".into(), json!(api_version));
+    obj.insert("kind".into(), json!(kind));
+    Ok(Value::Object(obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    fn bytes_field(number: u64, payload: &[u8], out: &mut Vec<u8>) {
+        varint(number << 3 | 2, out);
+        varint(payload.len() as u64, out);
+        out.extend_from_slice(payload);
+    }
+
+    fn entry(k: &str, v: &[u8]) -> Vec<u8> {
+        let mut e = Vec::new();
+        bytes_field(1, k.as_bytes(), &mut e);
+        bytes_field(2, v, &mut e);
+        e
+    }
+
+    #[test]
+    fn a_protobuf_configmap_decodes_to_its_json_form() {
+        let mut meta = Vec::new();
+        bytes_field(1, b"c1", &mut meta);
+        bytes_field(11, &entry("app", b"web"), &mut meta);
+        let mut cm = Vec::new();
+        bytes_field(1, &meta, &mut cm);
+        bytes_field(2, &entry("a", b"b"), &mut cm);
+        bytes_field(3, &entry("bin", &[0, 1]), &mut cm);
+        let mut type_meta = Vec::new();
+        bytes_field(1, b"v1", &mut type_meta);
+        bytes_field(2, b"ConfigMap", &mut type_meta);
+        let mut body = MAGIC.to_vec();
+        bytes_field(1, &type_meta, &mut body);
+        bytes_field(2, &cm, &mut body);
+        let value = decode(&body).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c1", "labels": {"app": "web"}},
+                "data": {"a": "b"},
+                "binaryData": {"bin": "AAE="},
+            })
+        );
+    }
+
+    #[test]
+    fn truncated_or_foreign_bodies_are_errors_not_panics() {
+        assert!(decode(b"nope").is_err());
+        assert!(decode(b"k8s\0\x0a\x05ab").is_err());
+        let mut body = MAGIC.to_vec();
+        let mut type_meta = Vec::new();
+        bytes_field(1, b"apps/v1", &mut type_meta);
+        bytes_field(2, b"Deployment", &mut type_meta);
+        bytes_field(1, &type_meta, &mut body);
+        bytes_field(2, b"", &mut body);
+        assert!(decode(&body).unwrap_err().contains("Deployment"));
+    }
+}

@@ -1,0 +1,119 @@
+//! Query parameters of list, watch and write requests.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::error::{ApiError, Cause};
+use crate::resources::ResourceType;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{ListOptions, WatchOptions};
+
+#[derive(Debug, Default)]
+pub struct Query {
+    pub watch: bool,
+    pub dry_run: bool,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    limit: Option<String>,
+    continue_token: Option<String>,
+    resource_version: Option<String>,
+    resource_version_match: Option<String>,
+    allow_bookmarks: bool,
+    timeout_seconds: Option<String>,
+    send_initial_events: bool,
+}
+
+fn truthy(v: &str) -> bool {
+    matches!(v, "true" | "1" | "True")
+}
+
+fn invalid(field: &str, value: &str, detail: &str) -> ApiError {
+    ApiError::invalid(
+        "meta.k8s.io",
+        "ListOptions",
+        "",
+        vec![Cause::invalid(field, &Value::from(value), detail)],
+    )
+}
+
+impl Query {
+    pub fn parse(raw: &str) -> Self {
+        let mut q = Query::default();
+        for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
+            let value = value.into_owned();
+            match key.as_ref() {
+                "watch" => q.watch = truthy(&value),
+                "dryRun" => q.dry_run = value == "All",
+                "labelSelector" => q.label_selector = Some(value),
+                "fieldSelector" => q.field_selector = Some(value),
+                "limit" => q.limit = Some(value),
+                "continue" => q.continue_token = Some(value).filter(|v| !v.is_empty()),
+                "resourceVersion" => q.resource_version = Some(value),
+                "resourceVersionMatch" => {
+                    q.resource_version_match = Some(value).filter(|v| !v.is_empty())
+                }
+                "allowWatchBookmarks" => q.allow_bookmarks = truthy(&value),
+                "timeoutSeconds" => q.timeout_seconds = Some(value),
+                "sendInitialEvents" => q.send_initial_events = truthy(&value),
+                _ => {}
+            }
+        }
+        q
+    }
+
+    pub fn list_options(&self, rt: &ResourceType) -> Result<ListOptions, ApiError> {
+        let label_selector =
+            LabelSelector::parse(self.label_selector.as_deref().unwrap_or_default())
+                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = rt.selectable_fields();
+        let field_selector =
+            FieldSelector::parse(self.field_selector.as_deref().unwrap_or_default(), &fields)
+                .map_err(ApiError::bad_request)?;
+        let limit = match &self.limit {
+            None => None,
+            Some(text) => Some(
+                text.parse::<i64>()
+                    .ok()
+                    .filter(|n| *n >= 0)
+                    .ok_or_else(|| invalid("limit", text, "must be a non-negative integer"))?
+                    as usize,
+            ),
+        };
+        if let Some(m) = &self.resource_version_match
+            && m != "Exact"
+            && m != "NotOlderThan"
+        {
+            return Err(invalid(
+                "resourceVersionMatch",
+                m,
+                "supported values: \"Exact\", \"NotOlderThan\"",
+            ));
+        }
+        Ok(ListOptions {
+            label_selector,
+            field_selector,
+            limit,
+            continue_token: self.continue_token.clone(),
+            resource_version: self.resource_version.clone(),
+            resource_version_match: self.resource_version_match.clone(),
+        })
+    }
+
+    pub fn watch_options(&self, rt: &ResourceType) -> Result<WatchOptions, ApiError> {
+        let timeout = match &self.timeout_seconds {
+            None => None,
+            Some(text) => Some(Duration::from_secs(text.parse::<u64>().map_err(|_| {
+                invalid("timeoutSeconds", text, "must be a non-negative integer")
+            })?))
+            // Zero means "no timeout requested", as for the real server.
+            .filter(|d| !d.is_zero()),
+        };
+        Ok(WatchOptions {
+            filter: self.list_options(rt)?,
+            allow_bookmarks: self.allow_bookmarks,
+            timeout,
+            send_initial_events: self.send_initial_events,
+        })
+    }
+}

@@ -1,0 +1,33 @@
+//! kube-sim: an embeddable Kubernetes API server.
+//!
+//! It speaks the Kubernetes REST API closely enough that the real kube-rs
+//! client and runtime, and the real kubectl, drive it unchanged: one global
+//! resourceVersion, optimistic concurrency, generation, the status
+//! subresource, finalizers, merge and JSON patches, selectors, consistent
+//! paging, watches with bookmarks and 410 expiry, CRDs and discovery.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let sim = kube_sim::KubeSim::builder().start().await?;
+//! let client = sim.client();
+//! let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(client);
+//! let _ = pods.list(&Default::default()).await?;
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod crd;
+mod error;
+mod http;
+mod names;
+mod object;
+mod patch;
+mod resources;
+mod selector;
+mod server;
+mod store;
+mod validate;
+
+pub use error::ApiError;
+pub use server::{Error, KubeSim, KubeSimBuilder, kubeconfig_yaml};
+pub use store::Stats;

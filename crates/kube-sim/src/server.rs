@@ -1,0 +1,201 @@
+//! The embeddable server: `KubeSim::builder()...start()` gives an in-process
+//! `kube::Client`, a loopback URL and kubeconfig for outside clients, and a
+//! graceful shutdown. Every instance is independent; tests run many at once.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::http::{AppState, router};
+use crate::store::{Stats, Store, StoreConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot read the bound address: {0}")]
+    LocalAddr(std::io::Error),
+}
+
+/// Configures a kube-sim instance before it starts.
+#[derive(Debug, Clone)]
+pub struct KubeSimBuilder {
+    config: StoreConfig,
+    port: u16,
+    default_namespace: String,
+}
+
+impl Default for KubeSimBuilder {
+    fn default() -> Self {
+        Self {
+            config: StoreConfig::default(),
+            port: 0,
+            default_namespace: "default".into(),
+        }
+    }
+}
+
+impl KubeSimBuilder {
+    /// Watch events kept per resource (default 10,000). A watch resuming from
+    /// an older resourceVersion gets an in-stream 410 Expired and must relist.
+    pub fn watch_history(mut self, events: usize) -> Self {
+        self.config.history_per_resource = events.max(1);
+        self
+    }
+
+    /// Interval of BOOKMARK events on idle watches that asked for them (default 60 s).
+    pub fn bookmark_interval(mut self, interval: Duration) -> Self {
+        self.config.bookmark_interval = interval;
+        self
+    }
+
+    /// How long paged-list snapshots stay valid for `continue` (default 5 min).
+    pub fn snapshot_ttl(mut self, ttl: Duration) -> Self {
+        self.config.snapshot_ttl = ttl;
+        self
+    }
+
+    /// Loopback port to listen on; 0 (the default) picks a free one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Namespace the in-process client uses by default.
+    pub fn default_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.default_namespace = namespace.into();
+        self
+    }
+
+    /// Starts serving on 127.0.0.1 and builds the in-process client.
+    /// Must be called inside a Tokio runtime.
+    pub async fn start(self) -> Result<KubeSim, Error> {
+        let store = Store::new(self.config);
+        let state = AppState {
+            store: store.clone(),
+            server_address: Default::default(),
+        };
+        let app = router(state.clone());
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        let local = listener.local_addr().map_err(Error::LocalAddr)?;
+        *state.server_address.write() = local.to_string();
+        let shutdown = store.shutdown.clone();
+        let serve_app = app.clone();
+        let server = tokio::spawn(async move {
+            let result = axum::serve(listener, serve_app)
+                .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "kube-sim server stopped with an error");
+            }
+        });
+        let client = kube::Client::new(app, self.default_namespace.clone());
+        tracing::debug!(url = %format!("http://{local}"), "kube-sim started");
+        Ok(KubeSim {
+            store,
+            client,
+            addr: local,
+            server: Some(server),
+        })
+    }
+}
+
+/// A running kube-sim instance.
+pub struct KubeSim {
+    store: Arc<Store>,
+    client: kube::Client,
+    addr: SocketAddr,
+    server: Option<JoinHandle<()>>,
+}
+
+impl KubeSim {
+    pub fn builder() -> KubeSimBuilder {
+        KubeSimBuilder::default()
+    }
+
+    /// A client talking to this instance in-process (no socket). Watches,
+    /// lists and writes all work; exec needs the loopback URL instead.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A kubeconfig pointing at the loopback URL, for kubectl and other clients.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig_yaml(&self.url())
+    }
+
+    /// A client that goes through the loopback socket, like an outside process.
+    pub fn http_client(&self) -> Result<kube::Client, kube::Error> {
+        let uri = self
+            .url()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| kube::Error::Service(Box::new(e)))?;
+        let config = kube::Config::new(uri);
+        kube::Client::try_from(config)
+    }
+
+    /// The global resourceVersion right now.
+    pub fn resource_version(&self) -> u64 {
+        self.store.current_rv()
+    }
+
+    /// What the server has done so far (writes, lists, watches, 410s sent).
+    pub fn stats(&self) -> &Stats {
+        &self.store.stats
+    }
+
+    /// Stops serving: open watches end, the listener closes.
+    pub async fn shutdown(mut self) {
+        self.store.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        }
+    }
+}
+
+impl Drop for KubeSim {
+    fn drop(&mut self) {
+        self.store.shutdown.cancel();
+    }
+}
+
+/// Kubeconfig YAML for a plain-HTTP server with no authentication.
+pub fn kubeconfig_yaml(url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: kube-sim
+  cluster:
+    server: {url}
+contexts:
+- name: kube-sim
+  context:
+    cluster: kube-sim
+    user: kube-sim
+    namespace: default
+current-context: kube-sim
+users:
+- name: kube-sim
+  user: {{}}
+"
+    )
+}

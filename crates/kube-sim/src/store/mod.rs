@@ -1,0 +1,257 @@
+//! The object store: every object of every kind, one global resourceVersion,
+//! and a bounded per-resource event history that watches resume from.
+//!
+//! All mutations happen under one lock, so the resourceVersion order is the
+//! commit order and every watcher sees the same sequence.
+
+mod crds;
+mod list;
+mod watch;
+mod write;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub use list::{ListOptions, ListPage};
+pub use watch::WatchOptions;
+pub use write::{DeleteOptions, Subresource};
+
+use crate::error::ApiError;
+use crate::object::{ObjectKey, StoredObject};
+use crate::resources::{GroupResource, Registry, ResourceType};
+
+/// Tunables of one kube-sim instance.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Events kept per resource for watches to resume from; older resumes get 410.
+    pub history_per_resource: usize,
+    /// How often an idle watch with bookmarks enabled receives a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// How long a paged list's snapshot stays available to `continue` tokens.
+    pub snapshot_ttl: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            history_per_resource: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+            snapshot_ttl: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl ChangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change, as watches replay it.
+#[derive(Debug)]
+pub struct Change {
+    pub rv: u64,
+    pub change: ChangeType,
+    pub object: Arc<StoredObject>,
+    /// The state before a modification, used to turn selector transitions
+    /// into ADDED/DELETED the way the real watch cache does.
+    pub previous: Option<Arc<StoredObject>>,
+}
+
+pub(crate) struct ResourceStore {
+    pub objects: BTreeMap<ObjectKey, Arc<StoredObject>>,
+    history: VecDeque<Arc<Change>>,
+    /// Events at or below this resourceVersion may have been dropped.
+    compacted_rv: u64,
+    notify: tokio::sync::watch::Sender<u64>,
+}
+
+impl ResourceStore {
+    fn new() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            compacted_rv: 0,
+            notify: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+pub(crate) struct State {
+    rv: u64,
+    history_limit: usize,
+    pub registry: Registry,
+    resources: HashMap<GroupResource, ResourceStore>,
+}
+
+/// Counters a test or benchmark can read to see what the server did.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub writes: AtomicU64,
+    pub lists: AtomicU64,
+    pub watches_started: AtomicU64,
+    /// In-stream 410 `Expired` events sent to watches that fell behind.
+    pub watch_expired: AtomicU64,
+    pub bookmarks: AtomicU64,
+}
+
+pub struct Store {
+    state: Mutex<State>,
+    snapshots: Mutex<list::Snapshots>,
+    pub config: StoreConfig,
+    pub shutdown: CancellationToken,
+    pub stats: Stats,
+}
+
+impl Store {
+    pub fn new(config: StoreConfig) -> Arc<Self> {
+        let registry = Registry::with_builtins();
+        let resources = registry
+            .all()
+            .map(|t| (t.group_resource(), ResourceStore::new()))
+            .collect();
+        let store = Arc::new(Self {
+            state: Mutex::new(State {
+                rv: 0,
+                history_limit: config.history_per_resource,
+                registry,
+                resources,
+            }),
+            snapshots: Mutex::new(list::Snapshots::default()),
+            config,
+            shutdown: CancellationToken::new(),
+            stats: Stats::default(),
+        });
+        store.seed_namespaces();
+        store
+    }
+
+    fn seed_namespaces(&self) {
+        let mut state = self.state.lock();
+        let Some(rt) = state.registry.lookup("", "v1", "namespaces") else {
+            return;
+        };
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let body = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": name},
+            });
+            // The built-in namespaces are valid by construction.
+            let _ = state.create(&rt, "v1", None, body, false);
+        }
+    }
+
+    /// The current global resourceVersion.
+    pub fn current_rv(&self) -> u64 {
+        self.state.lock().rv
+    }
+
+    pub fn registry(&self) -> Registry {
+        self.state.lock().registry.clone()
+    }
+
+    pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.state.lock().registry.lookup(group, version, plural)
+    }
+
+    pub fn get(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let state = self.state.lock();
+        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        state
+            .resources
+            .get(&rt.group_resource())
+            .and_then(|r| r.objects.get(&key))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+    }
+
+    /// The object's JSON as served at `version` (only `apiVersion` differs
+    /// between versions of one resource).
+    pub fn render(rt: &ResourceType, version: &str, obj: &StoredObject) -> Bytes {
+        if version == rt.storage_version {
+            return obj.json.clone();
+        }
+        let mut value = obj.value();
+        value["apiVersion"] = Value::String(rt.api_version(version));
+        serde_json::to_vec(&value)
+            .map(Bytes::from)
+            .unwrap_or_else(|_| obj.json.clone())
+    }
+}
+
+impl State {
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn resource(&self, rt: &ResourceType) -> Result<&ResourceStore, ApiError> {
+        self.resources
+            .get(&rt.group_resource())
+            .ok_or_else(ApiError::no_such_resource)
+    }
+
+    /// Commits a change: updates the object map, appends to the history
+    /// (evicting the oldest entry beyond `limit`) and wakes watchers.
+    fn record(
+        &mut self,
+        gr: &GroupResource,
+        change: ChangeType,
+        object: Arc<StoredObject>,
+        previous: Option<Arc<StoredObject>>,
+    ) {
+        let limit = self.history_limit;
+        let Some(store) = self.resources.get_mut(gr) else {
+            return;
+        };
+        let key = object.key();
+        match change {
+            ChangeType::Deleted => {
+                store.objects.remove(&key);
+            }
+            _ => {
+                store.objects.insert(key, object.clone());
+            }
+        }
+        let rv = object.rv;
+        store.history.push_back(Arc::new(Change {
+            rv,
+            change,
+            object,
+            previous,
+        }));
+        while store.history.len() > limit.max(1) {
+            if let Some(evicted) = store.history.pop_front() {
+                store.compacted_rv = evicted.rv;
+            }
+        }
+        store.notify.send_replace(rv);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,330 @@
+//! Watch streams: newline-delimited JSON events in resourceVersion order,
+//! resumed from the per-resource history, with bookmarks, timeouts, streaming
+//! initial lists and the in-stream 410 a client gets when it fell too far behind.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::list::{ListOptions, matches};
+use super::{Change, ChangeType, Store};
+use crate::error::{ApiError, Cause};
+use crate::object::StoredObject;
+use crate::resources::{GroupResource, ResourceType};
+
+#[derive(Debug, Clone, Default)]
+pub struct WatchOptions {
+    pub filter: ListOptions,
+    pub allow_bookmarks: bool,
+    pub timeout: Option<Duration>,
+    pub send_initial_events: bool,
+}
+
+/// Events handed to the HTTP body per chunk, at most.
+const BATCH: usize = 256;
+/// Chunks buffered per watch before the producer waits for the client.
+const CHANNEL_DEPTH: usize = 8;
+
+enum Since {
+    Events(Vec<Arc<Change>>, u64),
+    Expired { compacted: u64 },
+    Gone,
+}
+
+enum Start {
+    Initial(Vec<Arc<StoredObject>>),
+    Resume,
+    Expired { compacted: u64 },
+}
+
+/// Everything a watch task needs to filter and render events.
+struct WatchView {
+    rt: Arc<ResourceType>,
+    version: String,
+    namespace: Option<String>,
+    filter: ListOptions,
+}
+
+impl WatchView {
+    fn visible(&self, obj: &StoredObject) -> bool {
+        let ns_ok = match &self.namespace {
+            Some(ns) => obj.namespace == *ns,
+            None => true,
+        };
+        ns_ok && matches(&self.rt, &self.filter, obj)
+    }
+
+    fn line(&self, out: &mut BytesMut, kind: &str, object: &[u8]) {
+        out.put_slice(b"{\"type\":\"");
+        out.put_slice(kind.as_bytes());
+        out.put_slice(b"\",\"object\":");
+        out.put_slice(object);
+        out.put_slice(b"}\n");
+    }
+
+    fn render_change(&self, out: &mut BytesMut, change: &Change) {
+        let now = self.visible(&change.object);
+        let before = change.previous.as_deref().map(|p| self.visible(p));
+        let kind = match (change.change, before, now) {
+            (ChangeType::Added, _, true) => ChangeType::Added,
+            (ChangeType::Deleted, _, true) => ChangeType::Deleted,
+            (ChangeType::Modified, Some(true), true) => ChangeType::Modified,
+            (ChangeType::Modified, _, true) => ChangeType::Added,
+            (ChangeType::Modified, Some(true), false) => {
+                // The object left the selection: tell the client with its
+                // last visible state, stamped with this change's version.
+                if let Some(prev) = &change.previous {
+                    let mut value = prev.value();
+                    value["metadata"]["resourceVersion"] = Value::String(change.rv.to_string());
+                    if self.version != self.rt.storage_version {
+                        value["apiVersion"] = Value::String(self.rt.api_version(&self.version));
+                    }
+                    let json = serde_json::to_vec(&value).unwrap_or_default();
+                    self.line(out, "DELETED", &json);
+                }
+                return;
+            }
+            _ => return,
+        };
+        let json = Store::render(&self.rt, &self.version, &change.object);
+        self.line(out, kind.as_str(), &json);
+    }
+
+    fn bookmark(&self, rv: u64, initial_events_end: bool) -> Bytes {
+        let mut metadata = json!({ "resourceVersion": rv.to_string() });
+        if initial_events_end {
+            metadata["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
+        }
+        let object = json!({
+            "kind": self.rt.kind,
+            "apiVersion": self.rt.api_version(&self.version),
+            "metadata": metadata,
+        });
+        let mut out = BytesMut::new();
+        self.line(&mut out, "BOOKMARK", object.to_string().as_bytes());
+        out.freeze()
+    }
+
+    fn expired(&self, requested: u64, compacted: u64) -> Bytes {
+        let status = ApiError::expired(format!(
+            "too old resource version: {requested} ({compacted})"
+        ))
+        .status_json();
+        let mut out = BytesMut::new();
+        self.line(&mut out, "ERROR", status.to_string().as_bytes());
+        out.freeze()
+    }
+}
+
+fn parse_rv(text: &str) -> Result<u64, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            vec![Cause::invalid(
+                "resourceVersion",
+                &Value::from(text),
+                "must be a non-negative integer",
+            )],
+        )
+    })
+}
+
+impl Store {
+    /// Starts a watch; the stream ends at the timeout, on shutdown, when the
+    /// client goes away, when its kind is removed, or after a 410 event.
+    pub fn watch(
+        self: &Arc<Self>,
+        rt: Arc<ResourceType>,
+        version: &str,
+        namespace: Option<&str>,
+        opts: WatchOptions,
+    ) -> Result<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static, ApiError> {
+        let requested = opts.filter.resource_version.clone().unwrap_or_default();
+        if opts.send_initial_events {
+            let mut causes = Vec::new();
+            if opts.filter.resource_version_match.as_deref() != Some("NotOlderThan") {
+                causes.push(Cause::forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if !opts.allow_bookmarks {
+                causes.push(Cause::forbidden(
+                    "allowWatchBookmarks",
+                    "sendInitialEvents requires allowWatchBookmarks=true",
+                ));
+            }
+            if !causes.is_empty() {
+                return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", causes));
+            }
+        }
+        let view = WatchView {
+            rt: rt.clone(),
+            version: version.to_string(),
+            namespace: namespace.filter(|_| rt.namespaced).map(str::to_string),
+            filter: opts.filter.clone(),
+        };
+        let gr = rt.group_resource();
+        let wants_initial = opts.send_initial_events || requested.is_empty() || requested == "0";
+        let requested_rv = if wants_initial {
+            0
+        } else {
+            parse_rv(&requested)?
+        };
+        let (start, cursor, notify) = {
+            let state = self.state.lock();
+            let store = state.resource(&rt)?;
+            let notify = store.notify.subscribe();
+            if wants_initial {
+                let objects = store
+                    .objects
+                    .values()
+                    .filter(|o| view.visible(o))
+                    .cloned()
+                    .collect();
+                (Start::Initial(objects), state.rv, notify)
+            } else if requested_rv < store.compacted_rv {
+                let compacted = store.compacted_rv;
+                (Start::Expired { compacted }, requested_rv, notify)
+            } else {
+                (Start::Resume, requested_rv, notify)
+            }
+        };
+        self.stats.watches_started.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
+        let store = self.clone();
+        let deadline = opts.timeout.map(|t| Instant::now() + t);
+        tokio::spawn(async move {
+            store
+                .run_watch(view, gr, start, cursor, notify, tx, opts, deadline)
+                .await;
+        });
+        Ok(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|chunk| (Ok(chunk), rx))
+        }))
+    }
+
+    fn events_since(&self, gr: &GroupResource, cursor: u64) -> Since {
+        let state = self.state.lock();
+        let Some(store) = state.resources.get(gr) else {
+            return Since::Gone;
+        };
+        if cursor < store.compacted_rv {
+            return Since::Expired {
+                compacted: store.compacted_rv,
+            };
+        }
+        let start = store.history.partition_point(|c| c.rv <= cursor);
+        let events: Vec<Arc<Change>> = store.history.range(start..).take(BATCH).cloned().collect();
+        let complete = start + events.len() == store.history.len();
+        let caught_up = match events.last() {
+            Some(last) if !complete => last.rv,
+            _ => state.rv,
+        };
+        Since::Events(events, caught_up)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_watch(
+        &self,
+        view: WatchView,
+        gr: GroupResource,
+        start: Start,
+        mut cursor: u64,
+        mut notify: tokio::sync::watch::Receiver<u64>,
+        tx: mpsc::Sender<Bytes>,
+        opts: WatchOptions,
+        deadline: Option<Instant>,
+    ) {
+        match start {
+            Start::Expired { compacted } => {
+                self.stats.watch_expired.fetch_add(1, Ordering::Relaxed);
+                let _ = tx.send(view.expired(cursor, compacted)).await;
+                return;
+            }
+            Start::Initial(objects) => {
+                for chunk in objects.chunks(BATCH) {
+                    let mut out = BytesMut::new();
+                    for obj in chunk {
+                        let json = Store::render(&view.rt, &view.version, obj);
+                        view.line(&mut out, "ADDED", &json);
+                    }
+                    if tx.send(out.freeze()).await.is_err() {
+                        return;
+                    }
+                }
+                if opts.send_initial_events {
+                    self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
+                    if tx.send(view.bookmark(cursor, true)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Start::Resume => {}
+        }
+        let interval = self.config.bookmark_interval;
+        let mut next_bookmark = Instant::now() + interval;
+        loop {
+            notify.borrow_and_update();
+            match self.events_since(&gr, cursor) {
+                Since::Gone => return,
+                Since::Expired { compacted } => {
+                    self.stats.watch_expired.fetch_add(1, Ordering::Relaxed);
+                    let _ = tx.send(view.expired(cursor, compacted)).await;
+                    return;
+                }
+                Since::Events(events, caught_up) => {
+                    if let Some(last) = events.last() {
+                        let mut out = BytesMut::new();
+                        for change in &events {
+                            view.render_change(&mut out, change);
+                        }
+                        cursor = last.rv;
+                        if !out.is_empty() && tx.send(out.freeze()).await.is_err() {
+                            return;
+                        }
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            break;
+                        }
+                        continue;
+                    }
+                    // Nothing of this kind happened up to `caught_up`.
+                    cursor = cursor.max(caught_up);
+                }
+            }
+            let sleep_deadline =
+                deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600 * 24));
+            tokio::select! {
+                changed = notify.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep_until(next_bookmark), if opts.allow_bookmarks => {
+                    next_bookmark = Instant::now() + interval;
+                    self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
+                    if tx.send(view.bookmark(cursor, false)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep_until(sleep_deadline) => break,
+                _ = self.shutdown.cancelled() => return,
+                _ = tx.closed() => return,
+            }
+        }
+        // Timed out: a last bookmark lets the client resume without a gap.
+        if opts.allow_bookmarks {
+            self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
+            let _ = tx.send(view.bookmark(cursor, false)).await;
+        }
+    }
+}
