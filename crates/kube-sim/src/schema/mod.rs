@@ -103,7 +103,7 @@ impl CompiledSchema {
     /// a field is absent. Run it on every decoded request body and on every
     /// object read from storage, as the apiserver defaults on both paths.
     ///
-    /// Returns the paths of the unknown fields it dropped (`spec.colour`,
+    /// Returns the sorted paths of the unknown fields it dropped (`spec.colour`,
     /// `spec.items[0].x`), for the apiserver's field validation: a warning
     /// `unknown field "<path>"` (Warn, kubectl's default) or a 400
     /// `strict decoding error: unknown field "<path>"` (Strict).
@@ -112,6 +112,7 @@ impl CompiledSchema {
         prune::prune_value(&self.root, obj, true, "", &mut pruned);
         prune::prune_non_nullable_nulls(&self.root, obj);
         prune::apply_defaults(&self.root, obj);
+        pruned.sort();
         pruned
     }
 
