@@ -34,11 +34,17 @@ pub fn example_profile_spec(nodes_per_rack: i32, gpus: i32) -> SGPURackProfileSp
     let mut attributes = BTreeMap::new();
     attributes.insert(
         "nvidia.com/features".to_string(),
-        CapabilityAttribute { strings: Some(vec!["nvlink".into(), "mig".into(), "c2c".into()]), ..Default::default() },
+        CapabilityAttribute {
+            strings: Some(vec!["nvlink".into(), "mig".into(), "c2c".into()]),
+            ..Default::default()
+        },
     );
     attributes.insert(
         "nvidia.com/sm-count".to_string(),
-        CapabilityAttribute { int: Some(108), ..Default::default() },
+        CapabilityAttribute {
+            int: Some(108),
+            ..Default::default()
+        },
     );
     SGPURackProfileSpec {
         rack: RackShape { nodes_per_rack },
@@ -66,7 +72,10 @@ pub fn example_profile_spec(nodes_per_rack: i32, gpus: i32) -> SGPURackProfileSp
                     device_id: Some("20b0".into()),
                     subsystem_vendor_id: Some("10de".into()),
                     subsystem_device_id: Some("134f".into()),
-                    max_link: Some(PciLink { generation: Some(4), width: Some(16) }),
+                    max_link: Some(PciLink {
+                        generation: Some(4),
+                        width: Some(16),
+                    }),
                 },
                 power: Some(GpuPower {
                     management_supported: Some(true),
@@ -89,10 +98,16 @@ pub fn example_profile_spec(nodes_per_rack: i32, gpus: i32) -> SGPURackProfileSp
                         memory: Some(1215),
                         video: Some(1290),
                     }),
-                    supported: Some(vec![SupportedClocks { memory_mhz: 1215, graphics_mhz: vec![1095, 1215, 1410] }]),
+                    supported: Some(vec![SupportedClocks {
+                        memory_mhz: 1215,
+                        graphics_mhz: vec![1095, 1215, 1410],
+                    }]),
                 }),
                 capabilities: Some(GpuCapabilities {
-                    mig: Some(MigCapability { supported: Some(true), max_gpu_instances: Some(7) }),
+                    mig: Some(MigCapability {
+                        supported: Some(true),
+                        max_gpu_instances: Some(7),
+                    }),
                     attributes: Some(attributes),
                 }),
             },
@@ -109,7 +124,9 @@ pub fn example_profile_spec(nodes_per_rack: i32, gpus: i32) -> SGPURackProfileSp
                         scope: Some(FabricScope::Rack),
                         gpu_count: Some(nodes_per_rack.saturating_mul(gpus)),
                     }),
-                    switches: Some(FabricSwitches { visible_per_node: Some(1) }),
+                    switches: Some(FabricSwitches {
+                        visible_per_node: Some(1),
+                    }),
                 }),
                 network: Some(NetworkTopology {
                     network_type: Some("InfiniBand".into()),
@@ -125,7 +142,9 @@ pub fn example_profile_spec(nodes_per_rack: i32, gpus: i32) -> SGPURackProfileSp
             nvml_version: Some("13.0".into()),
             cuda_version: Some("13.0".into()),
         }),
-        defaults: Some(ProfileDefaults { runtime: Some(example_default_runtime()) }),
+        defaults: Some(ProfileDefaults {
+            runtime: Some(example_default_runtime()),
+        }),
     }
 }
 
@@ -147,7 +166,10 @@ pub fn example_default_runtime() -> RuntimeState {
                 gpu_celsius: Some(38),
                 memory_celsius: Some(36),
             }),
-            power: Some(PowerTelemetry { mode: Some(ValueMode::Fixed), draw_milli_watts: Some(175_000) }),
+            power: Some(PowerTelemetry {
+                mode: Some(ValueMode::Fixed),
+                draw_milli_watts: Some(175_000),
+            }),
             ..Default::default()
         }),
     }

@@ -57,7 +57,12 @@ pub fn dns_label_prefix(raw: &str) -> String {
 /// a readable DNS-label prefix (at most 50 characters) plus 12 hex characters
 /// of SHA-256 over the length-prefixed inventory UID and group and the
 /// big-endian rack index.
-pub fn rack_name(inventory_name: &str, inventory_uid: &str, group: &str, rack_index: u32) -> String {
+pub fn rack_name(
+    inventory_name: &str,
+    inventory_uid: &str,
+    group: &str,
+    rack_index: u32,
+) -> String {
     let mut prefix = dns_label_prefix(&format!("{inventory_name}-{group}-{rack_index}"));
     if prefix.len() > MAX_NAME_PREFIX_LENGTH {
         // The prefix is ASCII, so byte truncation is character truncation.
@@ -112,9 +117,19 @@ impl IdentityKind {
     }
 }
 
-fn identity_uuid(kind: IdentityKind, inventory_uid: &str, group: &str, coordinates: &[i32]) -> Uuid {
+fn identity_uuid(
+    kind: IdentityKind,
+    inventory_uid: &str,
+    group: &str,
+    coordinates: &[i32],
+) -> Uuid {
     let mut name = Vec::with_capacity(
-        IDENTITY_NAME_PREFIX.len() + 12 + inventory_uid.len() + group.len() + 4 * coordinates.len() + 8,
+        IDENTITY_NAME_PREFIX.len()
+            + 12
+            + inventory_uid.len()
+            + group.len()
+            + 4 * coordinates.len()
+            + 8,
     );
     name.extend_from_slice(IDENTITY_NAME_PREFIX);
     push_length_prefixed(&mut name, kind.as_str().as_bytes());
@@ -134,15 +149,37 @@ pub fn fabric_uuid(inventory_uid: &str, group: &str, rack_index: i32) -> String 
 }
 
 /// A GPU's UUID as NVML prints it: `GPU-` followed by a UUIDv5.
-pub fn gpu_uuid(inventory_uid: &str, group: &str, rack_index: i32, node_index: i32, gpu_index: i32) -> String {
-    let uuid = identity_uuid(IdentityKind::Gpu, inventory_uid, group, &[rack_index, node_index, gpu_index]);
+pub fn gpu_uuid(
+    inventory_uid: &str,
+    group: &str,
+    rack_index: i32,
+    node_index: i32,
+    gpu_index: i32,
+) -> String {
+    let uuid = identity_uuid(
+        IdentityKind::Gpu,
+        inventory_uid,
+        group,
+        &[rack_index, node_index, gpu_index],
+    );
     format!("GPU-{}", uuid.hyphenated())
 }
 
 /// A GPU's board serial: the first 8 bytes of a UUIDv5 as a big-endian
 /// unsigned integer, printed as 20 zero-padded decimal digits.
-pub fn gpu_serial(inventory_uid: &str, group: &str, rack_index: i32, node_index: i32, gpu_index: i32) -> String {
-    let uuid = identity_uuid(IdentityKind::Serial, inventory_uid, group, &[rack_index, node_index, gpu_index]);
+pub fn gpu_serial(
+    inventory_uid: &str,
+    group: &str,
+    rack_index: i32,
+    node_index: i32,
+    gpu_index: i32,
+) -> String {
+    let uuid = identity_uuid(
+        IdentityKind::Serial,
+        inventory_uid,
+        group,
+        &[rack_index, node_index, gpu_index],
+    );
     let bytes = uuid.as_bytes();
     let mut high = [0u8; 8];
     high.copy_from_slice(&bytes[..8]);
@@ -169,7 +206,10 @@ mod tests {
             &"group".repeat(20),
             12345,
         );
-        assert_eq!(name, "very-long-inventory-very-long-inventory-very-long-60142d58c4a7");
+        assert_eq!(
+            name,
+            "very-long-inventory-very-long-inventory-very-long-60142d58c4a7"
+        );
         assert!(name.len() <= 63);
     }
 
@@ -183,7 +223,10 @@ mod tests {
             gpu_uuid("inventory-uid-a", "compute", 2, 0, 0),
             "GPU-e1fc2f7b-7e71-5cdd-addf-11103758e19f"
         );
-        assert_eq!(gpu_serial("inventory-uid-a", "compute", 2, 0, 0), "01184543437958700640");
+        assert_eq!(
+            gpu_serial("inventory-uid-a", "compute", 2, 0, 0),
+            "01184543437958700640"
+        );
     }
 
     #[test]

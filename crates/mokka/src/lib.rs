@@ -10,6 +10,7 @@ mod error;
 pub mod fixtures;
 pub mod identity;
 pub mod profile;
+pub mod render;
 mod text;
 
 pub use api::{crds, crds_yaml};

@@ -68,24 +68,39 @@ pub fn validate_profile(spec: &SGPURackProfileSpec) -> Result<(), ProfileError> 
     if gpu_count > MAX_GPUS_PER_NODE {
         return Err(ProfileError::GpuCountTooLarge);
     }
-    let topology = spec.node.topology.as_ref().ok_or(ProfileError::TopologyMissing)?;
+    let topology = spec
+        .node
+        .topology
+        .as_ref()
+        .ok_or(ProfileError::TopologyMissing)?;
     let slots = &topology.gpu_slots;
     if slots.len() > MAX_GPUS_PER_NODE as usize {
         return Err(ProfileError::TooManySlots);
     }
     if slots.len() != gpu_count as usize {
-        return Err(ProfileError::SlotCountMismatch { slots: slots.len(), gpus: gpu_count });
+        return Err(ProfileError::SlotCountMismatch {
+            slots: slots.len(),
+            gpus: gpu_count,
+        });
     }
     let ordered = slots_in_index_order(slots);
-    if ordered.iter().enumerate().any(|(position, slot)| slot.index != position as i32) {
+    if ordered
+        .iter()
+        .enumerate()
+        .any(|(position, slot)| slot.index != position as i32)
+    {
         return Err(ProfileError::SlotIndexesNotContiguous);
     }
     for slot in &ordered {
         if !is_canonical_pci_address(&slot.pci_address) {
-            return Err(ProfileError::PciAddressNotCanonical(slot.pci_address.clone()));
+            return Err(ProfileError::PciAddressNotCanonical(
+                slot.pci_address.clone(),
+            ));
         }
         if !is_canonical_root_complex(&slot.root_complex) {
-            return Err(ProfileError::RootComplexNotCanonical(slot.root_complex.clone()));
+            return Err(ProfileError::RootComplexNotCanonical(
+                slot.root_complex.clone(),
+            ));
         }
     }
     let mut addresses: Vec<&str> = slots.iter().map(|slot| slot.pci_address.as_str()).collect();
@@ -108,7 +123,11 @@ pub fn validate_profile(spec: &SGPURackProfileSpec) -> Result<(), ProfileError> 
         {
             return Err(ProfileError::FabricNotRackScoped);
         }
-        let declared = fabric.domain.as_ref().and_then(|domain| domain.gpu_count).unwrap_or(0);
+        let declared = fabric
+            .domain
+            .as_ref()
+            .and_then(|domain| domain.gpu_count)
+            .unwrap_or(0);
         let expected = i64::from(nodes_per_rack) * i64::from(gpu_count);
         if i64::from(declared) != expected {
             return Err(ProfileError::FabricGpuCountMismatch { declared, expected });
@@ -200,7 +219,10 @@ pub fn canonical_profile_json(spec: &SGPURackProfileSpec) -> Result<Vec<u8>, cra
     let mut serializer = serde_json::Serializer::with_formatter(&mut out, GoJsonFormatter);
     canonical
         .serialize(&mut serializer)
-        .map_err(|source| crate::MokkaError::Json { what: "profile spec", source })?;
+        .map_err(|source| crate::MokkaError::Json {
+            what: "profile spec",
+            source,
+        })?;
     Ok(out)
 }
 
@@ -210,7 +232,11 @@ pub fn canonical_profile_json(spec: &SGPURackProfileSpec) -> Result<Vec<u8>, cra
 struct GoJsonFormatter;
 
 impl serde_json::ser::Formatter for GoJsonFormatter {
-    fn write_string_fragment<W: ?Sized + io::Write>(&mut self, writer: &mut W, fragment: &str) -> io::Result<()> {
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
         let mut start = 0;
         for (position, ch) in fragment.char_indices() {
             let escape = match ch {
@@ -262,12 +288,27 @@ pub(crate) mod tests {
                 spec.node.topology = None;
             })
         };
-        assert_eq!(message(&extreme(0, 4)), "rack.nodesPerRack must be positive");
-        assert_eq!(message(&extreme(-3, 4)), "rack.nodesPerRack must be positive");
-        assert_eq!(message(&extreme(1025, 4)), "rack.nodesPerRack must be at most 1024");
-        assert_eq!(message(&extreme(i32::MAX, 4)), "rack.nodesPerRack must be at most 1024");
+        assert_eq!(
+            message(&extreme(0, 4)),
+            "rack.nodesPerRack must be positive"
+        );
+        assert_eq!(
+            message(&extreme(-3, 4)),
+            "rack.nodesPerRack must be positive"
+        );
+        assert_eq!(
+            message(&extreme(1025, 4)),
+            "rack.nodesPerRack must be at most 1024"
+        );
+        assert_eq!(
+            message(&extreme(i32::MAX, 4)),
+            "rack.nodesPerRack must be at most 1024"
+        );
         assert_eq!(message(&extreme(2, 0)), "node.gpus.count must be positive");
-        assert_eq!(message(&extreme(2, 65)), "node.gpus.count must be at most 64");
+        assert_eq!(
+            message(&extreme(2, 65)),
+            "node.gpus.count must be at most 64"
+        );
         assert_eq!(message(&extreme(2, 4)), "node.topology must be set");
     }
 
@@ -278,7 +319,10 @@ pub(crate) mod tests {
             let extra = example_profile_spec(1, 64).node.topology.unwrap().gpu_slots;
             slots.extend(extra);
         });
-        assert_eq!(message(&too_many), "gpuSlots must contain at most 64 entries");
+        assert_eq!(
+            message(&too_many),
+            "gpuSlots must contain at most 64 entries"
+        );
 
         let short = with(|spec| {
             spec.node.topology.as_mut().unwrap().gpu_slots.pop();
@@ -286,17 +330,38 @@ pub(crate) mod tests {
         assert_eq!(message(&short), "gpuSlots length 3 must equal gpus.count 4");
 
         let gap = with(|spec| spec.node.topology.as_mut().unwrap().gpu_slots[3].index = 7);
-        assert_eq!(message(&gap), "gpuSlots indexes must be unique and contiguous from zero");
+        assert_eq!(
+            message(&gap),
+            "gpuSlots indexes must be unique and contiguous from zero"
+        );
         let duplicate = with(|spec| spec.node.topology.as_mut().unwrap().gpu_slots[3].index = 0);
-        assert_eq!(message(&duplicate), "gpuSlots indexes must be unique and contiguous from zero");
+        assert_eq!(
+            message(&duplicate),
+            "gpuSlots indexes must be unique and contiguous from zero"
+        );
 
-        let upper = with(|spec| spec.node.topology.as_mut().unwrap().gpu_slots[1].pci_address = "0000:0A:00.0".into());
-        assert_eq!(message(&upper), "gpuSlots PCI address \"0000:0A:00.0\" is not canonical");
-        let function = with(|spec| spec.node.topology.as_mut().unwrap().gpu_slots[1].pci_address = "0000:0a:00.8".into());
-        assert_eq!(message(&function), "gpuSlots PCI address \"0000:0a:00.8\" is not canonical");
+        let upper = with(|spec| {
+            spec.node.topology.as_mut().unwrap().gpu_slots[1].pci_address = "0000:0A:00.0".into()
+        });
+        assert_eq!(
+            message(&upper),
+            "gpuSlots PCI address \"0000:0A:00.0\" is not canonical"
+        );
+        let function = with(|spec| {
+            spec.node.topology.as_mut().unwrap().gpu_slots[1].pci_address = "0000:0a:00.8".into()
+        });
+        assert_eq!(
+            message(&function),
+            "gpuSlots PCI address \"0000:0a:00.8\" is not canonical"
+        );
 
-        let root = with(|spec| spec.node.topology.as_mut().unwrap().gpu_slots[2].root_complex = "pci0000-00".into());
-        assert_eq!(message(&root), "gpuSlots root complex \"pci0000-00\" is not canonical");
+        let root = with(|spec| {
+            spec.node.topology.as_mut().unwrap().gpu_slots[2].root_complex = "pci0000-00".into()
+        });
+        assert_eq!(
+            message(&root),
+            "gpuSlots root complex \"pci0000-00\" is not canonical"
+        );
 
         let same = with(|spec| {
             let slots = &mut spec.node.topology.as_mut().unwrap().gpu_slots;
@@ -308,20 +373,57 @@ pub(crate) mod tests {
     #[test]
     fn fabric_must_be_positive_rack_scoped_and_count_every_gpu_of_the_rack() {
         let node_scoped = with(|spec| {
-            let fabric = spec.node.topology.as_mut().unwrap().gpu_fabric.as_mut().unwrap();
+            let fabric = spec
+                .node
+                .topology
+                .as_mut()
+                .unwrap()
+                .gpu_fabric
+                .as_mut()
+                .unwrap();
             fabric.domain.as_mut().unwrap().scope = Some(FabricScope::Node);
         });
-        assert_eq!(message(&node_scoped), "gpuFabric must define a positive rack-scoped topology");
+        assert_eq!(
+            message(&node_scoped),
+            "gpuFabric must define a positive rack-scoped topology"
+        );
         let no_links = with(|spec| {
-            spec.node.topology.as_mut().unwrap().gpu_fabric.as_mut().unwrap().links_per_gpu = Some(0);
+            spec.node
+                .topology
+                .as_mut()
+                .unwrap()
+                .gpu_fabric
+                .as_mut()
+                .unwrap()
+                .links_per_gpu = Some(0);
         });
-        assert_eq!(message(&no_links), "gpuFabric must define a positive rack-scoped topology");
+        assert_eq!(
+            message(&no_links),
+            "gpuFabric must define a positive rack-scoped topology"
+        );
         let untyped = with(|spec| {
-            spec.node.topology.as_mut().unwrap().gpu_fabric.as_mut().unwrap().fabric_type = Some(String::new());
+            spec.node
+                .topology
+                .as_mut()
+                .unwrap()
+                .gpu_fabric
+                .as_mut()
+                .unwrap()
+                .fabric_type = Some(String::new());
         });
-        assert_eq!(message(&untyped), "gpuFabric must define a positive rack-scoped topology");
+        assert_eq!(
+            message(&untyped),
+            "gpuFabric must define a positive rack-scoped topology"
+        );
         let miscounted = with(|spec| {
-            let fabric = spec.node.topology.as_mut().unwrap().gpu_fabric.as_mut().unwrap();
+            let fabric = spec
+                .node
+                .topology
+                .as_mut()
+                .unwrap()
+                .gpu_fabric
+                .as_mut()
+                .unwrap();
             fabric.domain.as_mut().unwrap().gpu_count = Some(7);
         });
         assert_eq!(
@@ -333,9 +435,19 @@ pub(crate) mod tests {
     #[test]
     fn network_needs_every_adapter_field_and_topology_parts_are_optional() {
         let partial = with(|spec| {
-            spec.node.topology.as_mut().unwrap().network.as_mut().unwrap().adapters_per_gpu = Some(0);
+            spec.node
+                .topology
+                .as_mut()
+                .unwrap()
+                .network
+                .as_mut()
+                .unwrap()
+                .adapters_per_gpu = Some(0);
         });
-        assert_eq!(message(&partial), "network must define positive adapter topology");
+        assert_eq!(
+            message(&partial),
+            "network must define positive adapter topology"
+        );
         let bare = with(|spec| {
             let topology = spec.node.topology.as_mut().unwrap();
             topology.network = None;
@@ -349,13 +461,25 @@ pub(crate) mod tests {
         let base = example_profile_spec(2, 4);
         let revision = profile_revision(&base).unwrap();
         assert_eq!(revision.len(), 64);
-        assert!(revision.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(
+            revision
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
 
         let reordered = with(|spec| {
             spec.node.topology.as_mut().unwrap().gpu_slots.reverse();
             let clocks = spec.node.gpus.clocks.as_mut().unwrap();
             clocks.supported.as_mut().unwrap()[0].graphics_mhz.reverse();
-            let attributes = spec.node.gpus.capabilities.as_mut().unwrap().attributes.as_mut().unwrap();
+            let attributes = spec
+                .node
+                .gpus
+                .capabilities
+                .as_mut()
+                .unwrap()
+                .attributes
+                .as_mut()
+                .unwrap();
             for attribute in attributes.values_mut() {
                 if let Some(strings) = attribute.strings.as_mut() {
                     strings.reverse();
@@ -365,7 +489,8 @@ pub(crate) mod tests {
         assert_ne!(reordered, base);
         assert_eq!(profile_revision(&reordered).unwrap(), revision);
 
-        let new_driver = with(|spec| spec.software.as_mut().unwrap().driver_version = Some("999.1".into()));
+        let new_driver =
+            with(|spec| spec.software.as_mut().unwrap().driver_version = Some("999.1".into()));
         assert_ne!(profile_revision(&new_driver).unwrap(), revision);
         let new_defaults = with(|spec| spec.defaults = None);
         assert_ne!(profile_revision(&new_defaults).unwrap(), revision);
@@ -376,7 +501,10 @@ pub(crate) mod tests {
         let spec = with(|spec| spec.software.as_mut().unwrap().cuda_version = Some("<a&b>".into()));
         let bytes = canonical_profile_json(&spec).unwrap();
         let text = String::from_utf8(bytes).unwrap();
-        assert!(text.contains(r#""cudaVersion":"\u003ca\u0026b\u003e""#), "{text}");
+        assert!(
+            text.contains(r#""cudaVersion":"\u003ca\u0026b\u003e""#),
+            "{text}"
+        );
         let reparsed: SGPURackProfileSpec = serde_json::from_str(&text).unwrap();
         assert_eq!(reparsed.software, spec.software);
     }

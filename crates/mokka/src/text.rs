@@ -32,18 +32,30 @@ pub fn go_quote(raw: &str) -> String {
 
 /// Joins quoted strings with ", " (`"a", "b"`).
 pub fn quoted_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
-    items.into_iter().map(go_quote).collect::<Vec<_>>().join(", ")
+    items
+        .into_iter()
+        .map(go_quote)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Formats integers as Go prints an `[]int32` with `%v`: `[1 2 3]`.
 pub fn go_int_list(items: &[i32]) -> String {
-    let body = items.iter().map(i32::to_string).collect::<Vec<_>>().join(" ");
+    let body = items
+        .iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(" ");
     format!("[{body}]")
 }
 
 /// Joins integers with "," (status summaries).
 pub fn comma_joined(items: &[i32]) -> String {
-    items.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+    items
+        .iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

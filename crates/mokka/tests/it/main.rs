@@ -1,3 +1,4 @@
 //! Integration tests of the public surface: generated CRDs and the example manifests.
 
 mod crds;
+mod examples;
