@@ -141,6 +141,10 @@ enum Position {
     Spine,
     /// Inside allOf/anyOf/oneOf/not: value validations only.
     Nested,
+    /// Directly in the anyOf/allOf of an x-kubernetes-int-or-string node,
+    /// where `type: integer` and `type: string` are allowed (the shape
+    /// controller-gen emits for IntOrString).
+    NestedIntOrString,
 }
 
 /// Whether an ancestor breaks old/new correlation, which forbids `oldSelf`.
@@ -240,7 +244,7 @@ impl Compiler {
                 &empty
             }
         };
-        let nested = ctx.position == Position::Nested;
+        let nested = matches!(ctx.position, Position::Nested | Position::NestedIntOrString);
 
         for keyword in [
             "$ref",
@@ -302,8 +306,12 @@ impl Compiler {
         };
 
         if nested {
+            let int_or_string_branch = ctx.position == Position::NestedIntOrString
+                && matches!(ty, Some(JsonType::Integer | JsonType::String));
+            if obj.contains_key("type") && !int_or_string_branch {
+                self.forbidden(&format!("{path}.type"), "must be empty to be structural");
+            }
             for keyword in [
-                "type",
                 "nullable",
                 "default",
                 "additionalProperties",
@@ -651,8 +659,13 @@ impl Compiler {
         };
 
         let nested_list = |c: &mut Compiler, key: &str| -> Vec<Node> {
+            let position = if int_or_string && (key == "anyOf" || key == "allOf") {
+                Position::NestedIntOrString
+            } else {
+                Position::Nested
+            };
             let nested_ctx = Context {
-                position: Position::Nested,
+                position,
                 correlatable: ctx.correlatable,
             };
             match obj.get(key) {

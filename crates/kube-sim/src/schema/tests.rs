@@ -214,6 +214,40 @@ fn int_or_string_accepts_both_and_names_both_types() {
 }
 
 #[test]
+fn int_or_string_in_controller_gen_shape_compiles_and_validates() {
+    let s = compile(spec_schema(
+        json!({"memory": {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": true,
+            "pattern": "^[0-9]+(Mi|Gi)?$"
+        }}),
+        json!([]),
+    ));
+    assert!(create_messages(&s, resource(json!({"memory": 512}))).is_empty());
+    assert!(create_messages(&s, resource(json!({"memory": "4Gi"}))).is_empty());
+    assert_eq!(
+        create_messages(&s, resource(json!({"memory": "lots"}))),
+        [
+            "spec.memory: Invalid value: \"lots\": spec.memory in body should match '^[0-9]+(Mi|Gi)?$'"
+        ]
+    );
+}
+
+#[test]
+fn types_inside_other_nested_schemas_are_not_structural() {
+    let errs = compile_errors(spec_schema(
+        json!({"v": {"type": "string", "anyOf": [{"type": "string"}]}}),
+        json!([]),
+    ));
+    assert_eq!(
+        errs,
+        [
+            "openAPIV3Schema.properties[spec].properties[v].anyOf[0].type: Forbidden: must be empty to be structural"
+        ]
+    );
+}
+
+#[test]
 fn null_array_item_of_non_nullable_type_is_a_type_error() {
     let s = compile(spec_schema(
         json!({"tags": {"type": "array", "items": {"type": "string"}}}),
