@@ -8,3 +8,9 @@ pub mod queue;
 
 pub use error::ConfigError;
 pub use queue::{RateLimiter, RateLimiterConfig, WorkQueue, WorkQueueMetrics};
+pub mod caches;
+pub mod events;
+pub mod metrics;
+pub mod readiness;
+pub mod serve;
+pub mod telemetry;
