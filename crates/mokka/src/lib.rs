@@ -5,12 +5,14 @@
 //! and cluster state are passed in, so every function is a value-in,
 //! value-out computation that tests can pin down with vectors.
 
+pub mod allocate;
 pub mod api;
 mod error;
 pub mod fixtures;
 pub mod identity;
 pub mod profile;
 pub mod render;
+pub mod selector;
 mod text;
 
 pub use api::{crds, crds_yaml};

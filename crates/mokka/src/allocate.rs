@@ -1,0 +1,454 @@
+//! Allocation: which Kubernetes Node fills which logical rack slot.
+//!
+//! The rules, in the order they apply:
+//! - a valid existing binding never moves;
+//! - an invalid one is released with a reason, and its coordinate stays
+//!   occupied until the caller's cleanup removes the binding, so a new Node
+//!   never lands on a slot whose old metadata may still be projected;
+//! - new Nodes, oldest first by (creationTimestamp, name, uid), take the next
+//!   free coordinate of the one group whose selector they match, rack-major;
+//! - a Node matching several groups, or bound twice, is a conflict.
+//!
+//! The output is sorted, so it is the same for any order of the input lists.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use thiserror::Error;
+
+use crate::api::NodeRef;
+use crate::selector::{PlacementSelector, SelectorError, is_eligible};
+use crate::text::go_quote;
+
+/// Identifies one rack group of one exact inventory instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupKey {
+    pub inventory_name: String,
+    pub inventory_uid: String,
+    pub group: String,
+}
+
+impl GroupKey {
+    pub fn new(inventory_name: &str, inventory_uid: &str, group: &str) -> Self {
+        Self {
+            inventory_name: inventory_name.to_string(),
+            inventory_uid: inventory_uid.to_string(),
+            group: group.to_string(),
+        }
+    }
+}
+
+/// A rack group that may receive Nodes (valid, resolved, admitted).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupInput {
+    pub key: GroupKey,
+    pub selector: Option<LabelSelector>,
+    pub racks: i32,
+    pub nodes_per_rack: i32,
+}
+
+/// A Node as the allocator sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInput {
+    pub name: String,
+    pub uid: String,
+    pub created: Option<Time>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl NodeInput {
+    pub fn node_ref(&self) -> NodeRef {
+        NodeRef { name: self.name.clone(), uid: self.uid.clone() }
+    }
+}
+
+/// A Node bound to a logical slot: group, rack index and Node index.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Binding {
+    pub group: GroupKey,
+    pub rack_index: i32,
+    pub node_index: i32,
+    pub node: NodeRef,
+}
+
+/// Everything allocation depends on.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocationInput {
+    pub groups: Vec<GroupInput>,
+    pub nodes: Vec<NodeInput>,
+    /// Every bound slot of every rack controlled by its own inventory.
+    pub bindings: Vec<Binding>,
+}
+
+/// Why an existing binding is given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReleaseReason {
+    /// The group (or its inventory instance) no longer exists.
+    GroupRemoved,
+    /// The coordinate lies beyond the group's current racks x Nodes.
+    CapacityShrink,
+    /// No Node with the bound name and UID exists.
+    NodeGone,
+    /// The Node lost `mokka.nvidia.com/sgpu-node=true`.
+    NodeIneligible,
+    /// The Node no longer matches the group's selector.
+    SelectorMismatch,
+}
+
+impl ReleaseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseReason::GroupRemoved => "GroupRemoved",
+            ReleaseReason::CapacityShrink => "CapacityShrink",
+            ReleaseReason::NodeGone => "NodeGone",
+            ReleaseReason::NodeIneligible => "NodeIneligible",
+            ReleaseReason::SelectorMismatch => "SelectorMismatch",
+        }
+    }
+}
+
+/// A binding to clear once its Node metadata is cleaned up.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Release {
+    pub binding: Binding,
+    pub reason: ReleaseReason,
+}
+
+/// Why a Node cannot be placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConflictReason {
+    /// The Node UID is bound at two or more coordinates.
+    DuplicateBinding,
+    /// The Node matches the selectors of two or more groups.
+    SelectorOverlap,
+}
+
+impl ConflictReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConflictReason::DuplicateBinding => "DuplicateBinding",
+            ConflictReason::SelectorOverlap => "SelectorOverlap",
+        }
+    }
+}
+
+/// A Node the allocator will not place, and the groups it touches.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Conflict {
+    pub reason: ConflictReason,
+    pub node: NodeRef,
+    /// Sorted, distinct.
+    pub groups: Vec<GroupKey>,
+    /// For `DuplicateBinding`: every coordinate the Node is bound at, sorted.
+    pub bindings: Vec<Binding>,
+}
+
+/// A Node that matches exactly one group but has no slot yet: the group is
+/// full, or the Node's old binding is still being released.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingNode {
+    pub node: NodeRef,
+    pub group: GroupKey,
+}
+
+/// How much work one allocation did (for metrics and scale tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkCounters {
+    pub groups: usize,
+    pub nodes: usize,
+    pub bindings_classified: usize,
+    pub nodes_placed_or_skipped: usize,
+    pub selector_evaluations: usize,
+    pub coordinates_probed: usize,
+}
+
+/// The allocation plan. Every list is sorted.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Allocation {
+    /// Existing valid bindings, unchanged.
+    pub retained: Vec<Binding>,
+    /// Existing bindings to clear after cleanup.
+    pub released: Vec<Release>,
+    /// New bindings.
+    pub assigned: Vec<Binding>,
+    /// `retained` + `assigned`: the desired bindings.
+    pub bindings: Vec<Binding>,
+    /// In Node order: (creationTimestamp, name, uid).
+    pub pending: Vec<PendingNode>,
+    pub conflicts: Vec<Conflict>,
+    pub work: WorkCounters,
+}
+
+/// Malformed allocation input.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum AllocationError {
+    #[error("node {} has an empty name or UID", go_quote(.0))]
+    NodeIdentityMissing(String),
+    #[error("node UID {} is listed more than once", go_quote(.0))]
+    DuplicateNodeUid(String),
+    #[error("binding of rack group {} rack {rack_index} node {node_index} has an empty identity", go_quote(.group))]
+    BindingIdentityMissing { group: String, rack_index: i32, node_index: i32 },
+    #[error("binding of rack group {} has a negative coordinate (rack {rack_index}, node {node_index})", go_quote(.group))]
+    NegativeCoordinate { group: String, rack_index: i32, node_index: i32 },
+    #[error("rack group {} rack {rack_index} node {node_index} is bound more than once", go_quote(.group))]
+    DuplicateCoordinate { group: String, rack_index: i32, node_index: i32 },
+    #[error("rack group {} of inventory {} (UID {}) is listed more than once", go_quote(&.0.group), go_quote(&.0.inventory_name), go_quote(&.0.inventory_uid))]
+    DuplicateGroup(GroupKey),
+    #[error("rack group {} has an empty identity", go_quote(&.0.group))]
+    GroupIdentityMissing(GroupKey),
+    #[error("rack group {} has a negative rack count or no Nodes per rack", go_quote(&.0.group))]
+    InvalidGroupShape(GroupKey),
+    #[error("rack group {} selector: {source}", go_quote(&.group.group))]
+    InvalidSelector {
+        group: GroupKey,
+        #[source]
+        source: SelectorError,
+    },
+}
+
+struct CompiledGroup<'a> {
+    input: &'a GroupInput,
+    selector: PlacementSelector,
+    /// Coordinates (rack * nodes_per_rack + node) held by existing bindings
+    /// inside capacity, released or not.
+    occupied: HashSet<u64>,
+    /// Next coordinate to probe, rack-major. Only moves forward.
+    cursor: u64,
+    capacity: u64,
+}
+
+impl CompiledGroup<'_> {
+    fn slot(&self, rack_index: i32, node_index: i32) -> Option<u64> {
+        let inside = rack_index >= 0
+            && node_index >= 0
+            && rack_index < self.input.racks
+            && node_index < self.input.nodes_per_rack;
+        // Both factors are non-negative i32 here, so the product fits in u64.
+        inside.then(|| rack_index as u64 * self.input.nodes_per_rack as u64 + node_index as u64)
+    }
+
+    fn take_free_slot(&mut self, work: &mut WorkCounters) -> Option<(i32, i32)> {
+        while self.cursor < self.capacity {
+            let slot = self.cursor;
+            self.cursor += 1;
+            work.coordinates_probed += 1;
+            if !self.occupied.contains(&slot) {
+                let per_rack = self.input.nodes_per_rack as u64;
+                // Both quotient and remainder are below i32 bounds by construction.
+                return Some(((slot / per_rack) as i32, (slot % per_rack) as i32));
+            }
+        }
+        None
+    }
+}
+
+/// Plans the allocation. See the module documentation for the rules.
+pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> {
+    let mut work = WorkCounters { groups: input.groups.len(), nodes: input.nodes.len(), ..Default::default() };
+
+    // Groups, sorted by key so every later step visits them in one order.
+    let mut group_inputs: Vec<&GroupInput> = input.groups.iter().collect();
+    group_inputs.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut groups: Vec<CompiledGroup<'_>> = Vec::with_capacity(group_inputs.len());
+    for group in group_inputs {
+        let key = &group.key;
+        if key.inventory_name.is_empty() || key.inventory_uid.is_empty() || key.group.is_empty() {
+            return Err(AllocationError::GroupIdentityMissing(key.clone()));
+        }
+        if groups.last().is_some_and(|previous| previous.input.key == *key) {
+            return Err(AllocationError::DuplicateGroup(key.clone()));
+        }
+        if group.racks < 0 || group.nodes_per_rack < 1 {
+            return Err(AllocationError::InvalidGroupShape(key.clone()));
+        }
+        let selector = PlacementSelector::compile(group.selector.as_ref())
+            .map_err(|source| AllocationError::InvalidSelector { group: key.clone(), source })?;
+        groups.push(CompiledGroup {
+            input: group,
+            selector,
+            occupied: HashSet::new(),
+            cursor: 0,
+            capacity: group.racks as u64 * group.nodes_per_rack as u64,
+        });
+    }
+    let group_index: HashMap<&GroupKey, usize> =
+        groups.iter().enumerate().map(|(index, group)| (&group.input.key, index)).collect();
+
+    // Nodes, indexed by UID.
+    let mut nodes_by_uid: HashMap<&str, &NodeInput> = HashMap::with_capacity(input.nodes.len());
+    for node in &input.nodes {
+        if node.name.is_empty() || node.uid.is_empty() {
+            return Err(AllocationError::NodeIdentityMissing(node.name.clone()));
+        }
+        if nodes_by_uid.insert(node.uid.as_str(), node).is_some() {
+            return Err(AllocationError::DuplicateNodeUid(node.uid.clone()));
+        }
+    }
+
+    // Bindings, sorted, checked, and their in-capacity coordinates occupied.
+    let mut bindings: Vec<&Binding> = input.bindings.iter().collect();
+    bindings.sort();
+    let mut seen_coordinates: HashSet<(&GroupKey, i32, i32)> = HashSet::with_capacity(bindings.len());
+    for binding in &bindings {
+        let group = &binding.group;
+        if binding.node.name.is_empty()
+            || binding.node.uid.is_empty()
+            || group.inventory_name.is_empty()
+            || group.inventory_uid.is_empty()
+            || group.group.is_empty()
+        {
+            return Err(AllocationError::BindingIdentityMissing {
+                group: group.group.clone(),
+                rack_index: binding.rack_index,
+                node_index: binding.node_index,
+            });
+        }
+        if binding.rack_index < 0 || binding.node_index < 0 {
+            return Err(AllocationError::NegativeCoordinate {
+                group: group.group.clone(),
+                rack_index: binding.rack_index,
+                node_index: binding.node_index,
+            });
+        }
+        if !seen_coordinates.insert((group, binding.rack_index, binding.node_index)) {
+            return Err(AllocationError::DuplicateCoordinate {
+                group: group.group.clone(),
+                rack_index: binding.rack_index,
+                node_index: binding.node_index,
+            });
+        }
+        if let Some(&index) = group_index.get(group) {
+            let compiled = &mut groups[index];
+            if let Some(slot) = compiled.slot(binding.rack_index, binding.node_index) {
+                compiled.occupied.insert(slot);
+            }
+        }
+    }
+
+    // Classify every existing binding.
+    let mut retained = Vec::new();
+    let mut released = Vec::new();
+    let mut bindings_by_uid: HashMap<&str, Vec<&Binding>> = HashMap::with_capacity(bindings.len());
+    for binding in &bindings {
+        work.bindings_classified += 1;
+        bindings_by_uid.entry(binding.node.uid.as_str()).or_default().push(binding);
+        let reason = match group_index.get(&binding.group) {
+            None => Some(ReleaseReason::GroupRemoved),
+            Some(&index) => {
+                let group = &groups[index];
+                let node = nodes_by_uid.get(binding.node.uid.as_str()).filter(|node| node.name == binding.node.name);
+                if group.slot(binding.rack_index, binding.node_index).is_none() {
+                    Some(ReleaseReason::CapacityShrink)
+                } else if let Some(node) = node {
+                    if !is_eligible(&node.labels) {
+                        Some(ReleaseReason::NodeIneligible)
+                    } else {
+                        work.selector_evaluations += 1;
+                        (!group.selector.matches(&node.labels)).then_some(ReleaseReason::SelectorMismatch)
+                    }
+                } else {
+                    Some(ReleaseReason::NodeGone)
+                }
+            }
+        };
+        match reason {
+            None => retained.push((*binding).clone()),
+            Some(reason) => released.push(Release { binding: (*binding).clone(), reason }),
+        }
+    }
+    let retained_uids: HashSet<&str> = retained.iter().map(|binding| binding.node.uid.as_str()).collect();
+
+    // A Node bound at two or more coordinates is a data conflict; it is kept
+    // where it is and not considered for anything new.
+    let mut conflicts = Vec::new();
+    let mut duplicate_uids: HashSet<&str> = HashSet::new();
+    for (uid, bound) in &bindings_by_uid {
+        if bound.len() > 1 {
+            duplicate_uids.insert(uid);
+            let groups: BTreeSet<GroupKey> = bound.iter().map(|binding| binding.group.clone()).collect();
+            conflicts.push(Conflict {
+                reason: ConflictReason::DuplicateBinding,
+                node: bound[0].node.clone(),
+                groups: groups.into_iter().collect(),
+                bindings: bound.iter().map(|binding| (*binding).clone()).collect(),
+            });
+        }
+    }
+
+    // New placements, oldest Node first.
+    let mut candidates: Vec<&NodeInput> = input.nodes.iter().filter(|node| is_eligible(&node.labels)).collect();
+    candidates.sort_by(|a, b| {
+        (&a.created, &a.name, &a.uid).cmp(&(&b.created, &b.name, &b.uid))
+    });
+    let mut assigned = Vec::new();
+    let mut pending = Vec::new();
+    let mut matching: Vec<usize> = Vec::with_capacity(groups.len());
+    for node in candidates {
+        work.nodes_placed_or_skipped += 1;
+        let uid = node.uid.as_str();
+        if duplicate_uids.contains(uid) || retained_uids.contains(uid) {
+            continue;
+        }
+        matching.clear();
+        for (index, group) in groups.iter().enumerate() {
+            work.selector_evaluations += 1;
+            if group.selector.matches(&node.labels) {
+                matching.push(index);
+            }
+        }
+        if matching.len() > 1 {
+            conflicts.push(Conflict {
+                reason: ConflictReason::SelectorOverlap,
+                node: node.node_ref(),
+                groups: matching.iter().map(|&index| groups[index].input.key.clone()).collect(),
+                bindings: Vec::new(),
+            });
+            continue;
+        }
+        let Some(&index) = matching.first() else {
+            continue;
+        };
+        let release_pending = bindings_by_uid.contains_key(uid);
+        let group = &mut groups[index];
+        let slot = if release_pending { None } else { group.take_free_slot(&mut work) };
+        match slot {
+            Some((rack_index, node_index)) => assigned.push(Binding {
+                group: group.input.key.clone(),
+                rack_index,
+                node_index,
+                node: node.node_ref(),
+            }),
+            None => pending.push(PendingNode { node: node.node_ref(), group: group.input.key.clone() }),
+        }
+    }
+
+    retained.sort();
+    released.sort();
+    assigned.sort();
+    conflicts.sort();
+    let mut desired = Vec::with_capacity(retained.len() + assigned.len());
+    desired.extend(retained.iter().cloned());
+    desired.extend(assigned.iter().cloned());
+    desired.sort();
+    Ok(Allocation { retained, released, assigned, bindings: desired, pending, conflicts, work })
+}
+
+impl Allocation {
+    /// The part of the plan that concerns one group: its desired bindings,
+    /// releases, pending Nodes, and every conflict that touches it.
+    pub fn group_view(&self, key: &GroupKey) -> Allocation {
+        let in_group = |binding: &&Binding| binding.group == *key;
+        Allocation {
+            retained: self.retained.iter().filter(in_group).cloned().collect(),
+            released: self.released.iter().filter(|release| release.binding.group == *key).cloned().collect(),
+            assigned: self.assigned.iter().filter(in_group).cloned().collect(),
+            bindings: self.bindings.iter().filter(in_group).cloned().collect(),
+            pending: self.pending.iter().filter(|pending| pending.group == *key).cloned().collect(),
+            conflicts: self.conflicts.iter().filter(|conflict| conflict.groups.contains(key)).cloned().collect(),
+            work: self.work,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
