@@ -66,7 +66,11 @@ impl State {
         let rt = crd::resource_type(&value);
         let gr = rt.group_resource();
         self.registry.insert(rt);
-        self.resources.entry(gr).or_insert_with(ResourceStore::new);
+        if !self.resources.contains_key(&gr) {
+            let epoch = self.next_epoch;
+            self.next_epoch += 1;
+            self.resources.insert(gr, ResourceStore::new(epoch));
+        }
     }
 
     /// Stops serving a deleted CRD's kind; its objects go with it (each
@@ -90,6 +94,15 @@ impl State {
             let _ = self.commit(&served, obj.value(), ChangeType::Deleted, Some(obj));
         }
         self.registry.remove(&gr);
-        self.resources.remove(&gr);
+        // Watchers keep reading the retired store until they have seen
+        // every DELETED event; it is dropped once none is left.
+        self.retired
+            .retain(|(_, store)| store.notify.receiver_count() > 0);
+        if let Some(store) = self.resources.remove(&gr) {
+            store
+                .notify
+                .send_replace(store.history.back().map_or(0, |c| c.rv));
+            self.retired.push((gr, store));
+        }
     }
 }

@@ -82,15 +82,18 @@ pub(crate) struct ResourceStore {
     /// Events at or below this resourceVersion may have been dropped.
     compacted_rv: u64,
     notify: tokio::sync::watch::Sender<u64>,
+    /// Distinguishes a re-created CRD's store from the one before it.
+    epoch: u64,
 }
 
 impl ResourceStore {
-    fn new() -> Self {
+    fn new(epoch: u64) -> Self {
         Self {
             objects: BTreeMap::new(),
             history: VecDeque::new(),
             compacted_rv: 0,
             notify: tokio::sync::watch::Sender::new(0),
+            epoch,
         }
     }
 }
@@ -100,6 +103,10 @@ pub(crate) struct State {
     history_limit: usize,
     pub registry: Registry,
     resources: HashMap<GroupResource, ResourceStore>,
+    /// Stores of deleted CRDs, kept while watchers still drain their last
+    /// events (the DELETED events of the CRD's objects).
+    retired: Vec<(GroupResource, ResourceStore)>,
+    next_epoch: u64,
 }
 
 /// Counters a test or benchmark can read to see what the server did.
@@ -126,7 +133,7 @@ impl Store {
         let registry = Registry::with_builtins();
         let resources = registry
             .all()
-            .map(|t| (t.group_resource(), ResourceStore::new()))
+            .map(|t| (t.group_resource(), ResourceStore::new(0)))
             .collect();
         let store = Arc::new(Self {
             state: Mutex::new(State {
@@ -134,6 +141,8 @@ impl Store {
                 history_limit: config.history_per_resource,
                 registry,
                 resources,
+                retired: Vec::new(),
+                next_epoch: 1,
             }),
             snapshots: Mutex::new(list::Snapshots::default()),
             config,
@@ -207,6 +216,17 @@ impl State {
     fn next_rv(&mut self) -> u64 {
         self.rv += 1;
         self.rv
+    }
+
+    /// The live or retired store a watch started on.
+    fn store_for_watch(&self, gr: &GroupResource, epoch: u64) -> Option<(&ResourceStore, bool)> {
+        if let Some(live) = self.resources.get(gr).filter(|r| r.epoch == epoch) {
+            return Some((live, false));
+        }
+        self.retired
+            .iter()
+            .find(|(g, r)| g == gr && r.epoch == epoch)
+            .map(|(_, r)| (r, true))
     }
 
     fn resource(&self, rt: &ResourceType) -> Result<&ResourceStore, ApiError> {

@@ -180,10 +180,11 @@ impl Store {
         } else {
             parse_rv(&requested)?
         };
-        let (start, cursor, notify) = {
+        let (start, cursor, notify, epoch) = {
             let state = self.state.lock();
             let store = state.resource(&rt)?;
             let notify = store.notify.subscribe();
+            let epoch = store.epoch;
             if wants_initial {
                 let objects = store
                     .objects
@@ -191,12 +192,12 @@ impl Store {
                     .filter(|o| view.visible(o))
                     .cloned()
                     .collect();
-                (Start::Initial(objects), state.rv, notify)
+                (Start::Initial(objects), state.rv, notify, epoch)
             } else if requested_rv < store.compacted_rv {
                 let compacted = store.compacted_rv;
-                (Start::Expired { compacted }, requested_rv, notify)
+                (Start::Expired { compacted }, requested_rv, notify, epoch)
             } else {
-                (Start::Resume, requested_rv, notify)
+                (Start::Resume, requested_rv, notify, epoch)
             }
         };
         self.stats.watches_started.fetch_add(1, Ordering::Relaxed);
@@ -205,7 +206,7 @@ impl Store {
         let deadline = opts.timeout.map(|t| Instant::now() + t);
         tokio::spawn(async move {
             store
-                .run_watch(view, gr, start, cursor, notify, tx, opts, deadline)
+                .run_watch(view, (gr, epoch), start, cursor, notify, tx, opts, deadline)
                 .await;
         });
         Ok(futures::stream::unfold(rx, |mut rx| async move {
@@ -213,11 +214,14 @@ impl Store {
         }))
     }
 
-    fn events_since(&self, gr: &GroupResource, cursor: u64) -> Since {
+    fn events_since(&self, (gr, epoch): &(GroupResource, u64), cursor: u64) -> Since {
         let state = self.state.lock();
-        let Some(store) = state.resources.get(gr) else {
+        let Some((store, retired)) = state.store_for_watch(gr, *epoch) else {
             return Since::Gone;
         };
+        if retired && store.history.back().is_none_or(|last| last.rv <= cursor) {
+            return Since::Gone;
+        }
         if cursor < store.compacted_rv {
             return Since::Expired {
                 compacted: store.compacted_rv,
@@ -237,7 +241,7 @@ impl Store {
     async fn run_watch(
         &self,
         view: WatchView,
-        gr: GroupResource,
+        gr: (GroupResource, u64),
         start: Start,
         mut cursor: u64,
         mut notify: tokio::sync::watch::Receiver<u64>,

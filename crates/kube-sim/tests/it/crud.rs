@@ -1,0 +1,456 @@
+//! CRUD, optimistic concurrency, generation, status subresource, patches and
+//! every error kind, through `kube::Api`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodStatus, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::support::{configmap, create_configmap, raw, sim, status_of};
+
+#[tokio::test]
+async fn objects_get_server_metadata_and_increasing_resource_versions() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let a = create_configmap(&api, "a").await;
+    let b = create_configmap(&api, "b").await;
+    let rv = |cm: &ConfigMap| {
+        cm.metadata
+            .resource_version
+            .clone()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(rv(&b) > rv(&a));
+    assert!(a.metadata.uid.as_deref().is_some_and(|u| u.len() == 36));
+    assert!(a.metadata.creation_timestamp.is_some());
+    assert_eq!(a.metadata.generation, Some(1));
+    assert_eq!(a.metadata.namespace.as_deref(), Some("default"));
+
+    let fetched = api.get("a").await.unwrap();
+    assert_eq!(fetched.metadata.uid, a.metadata.uid);
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let names: Vec<_> = list
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec!["a", "b"]);
+    let list_rv: u64 = list.metadata.resource_version.unwrap().parse().unwrap();
+    assert!(list_rv >= rv(&b));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn generate_name_gets_a_random_suffix() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let mut cm = configmap("", &[]);
+    cm.metadata.name = None;
+    cm.metadata.generate_name = Some("job-".into());
+    let first = api.create(&PostParams::default(), &cm).await.unwrap();
+    let second = api.create(&PostParams::default(), &cm).await.unwrap();
+    let (n1, n2) = (first.metadata.name.unwrap(), second.metadata.name.unwrap());
+    assert!(n1.starts_with("job-") && n1.len() == 9, "{n1}");
+    assert_ne!(n1, n2);
+}
+
+#[tokio::test]
+async fn a_stale_resource_version_is_a_conflict() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let original = create_configmap(&api, "c").await;
+    let mut first = original.clone();
+    first.data = Some(BTreeMap::from([("k".to_string(), "first".to_string())]));
+    api.replace("c", &PostParams::default(), &first)
+        .await
+        .unwrap();
+    let mut stale = original.clone();
+    stale.data = Some(BTreeMap::from([("k".to_string(), "stale".to_string())]));
+    let status = status_of(api.replace("c", &PostParams::default(), &stale).await);
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert!(
+        status.message.contains("the object has been modified"),
+        "{}",
+        status.message
+    );
+    // The winning write is intact.
+    assert_eq!(api.get("c").await.unwrap().data.unwrap()["k"], "first");
+}
+
+#[tokio::test]
+async fn duplicate_missing_and_misplaced_objects_are_rejected() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    create_configmap(&api, "dup").await;
+    let status = status_of(
+        api.create(&PostParams::default(), &configmap("dup", &[]))
+            .await,
+    );
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (409, "AlreadyExists")
+    );
+    assert_eq!(status.message, "configmaps \"dup\" already exists");
+
+    let status = status_of(api.get("missing").await);
+    assert_eq!((status.code, status.reason.as_str()), (404, "NotFound"));
+    assert_eq!(status.message, "configmaps \"missing\" not found");
+
+    let elsewhere: Api<ConfigMap> = Api::namespaced(sim.client(), "nope");
+    let status = status_of(
+        elsewhere
+            .create(&PostParams::default(), &configmap("x", &[]))
+            .await,
+    );
+    assert_eq!(status.code, 404);
+    assert_eq!(status.message, "namespaces \"nope\" not found");
+}
+
+#[tokio::test]
+async fn invalid_names_and_labels_are_422_with_field_causes() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let mut bad = configmap("Bad_Name", &[]);
+    bad.metadata.labels = Some(BTreeMap::from([(
+        "app".to_string(),
+        "not valid!".to_string(),
+    )]));
+    let status = status_of(api.create(&PostParams::default(), &bad).await);
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert!(status.message.starts_with("ConfigMap \"Bad_Name\" is invalid: [metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"), "{}", status.message);
+    let causes = status.details.unwrap().causes;
+    let fields: Vec<_> = causes.iter().map(|c| c.field.as_str()).collect();
+    assert_eq!(fields, vec!["metadata.name", "metadata.labels"]);
+
+    // Services use the stricter RFC 1035 label rule.
+    let services: Api<Service> = Api::default_namespaced(sim.client());
+    let svc: Service =
+        serde_json::from_value(json!({"metadata": {"name": "1svc"}, "spec": {}})).unwrap();
+    let status = status_of(services.create(&PostParams::default(), &svc).await);
+    assert_eq!(status.code, 422);
+    assert!(status.message.contains("DNS-1035"), "{}", status.message);
+
+    // Pods need containers.
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": []}}))
+            .unwrap();
+    let status = status_of(pods.create(&PostParams::default(), &pod).await);
+    assert_eq!(
+        status.message,
+        "Pod \"p\" is invalid: spec.containers: Required value"
+    );
+}
+
+#[tokio::test]
+async fn malformed_bodies_unknown_resources_and_verbs_answer_with_status_documents() {
+    let sim = sim().await;
+    let client = sim.client();
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        b"{not json",
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        (body["kind"].as_str(), body["reason"].as_str()),
+        (Some("Status"), Some("BadRequest"))
+    );
+    assert_eq!(body["code"], 400);
+
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/widgets",
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_eq!((code, body["reason"].as_str()), (404, Some("NotFound")));
+
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/apis/example.com/v1/things",
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_eq!((code, body["kind"].as_str()), (404, Some("Status")));
+
+    create_configmap(&Api::default_namespaced(client.clone()), "c").await;
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps/c",
+        "application/json",
+        b"{}",
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (405, Some("MethodNotAllowed"))
+    );
+
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/c",
+        "text/plain",
+        b"{}",
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+
+    let wrong_kind = br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}"#;
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        wrong_kind,
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+}
+
+#[tokio::test]
+async fn generation_counts_spec_changes_only() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    create_configmap(&api, "g").await;
+    let pp = PatchParams::default();
+    let labeled = api
+        .patch(
+            "g",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(labeled.metadata.generation, Some(1));
+    let changed = api
+        .patch("g", &pp, &Patch::Merge(json!({"data": {"k": "changed"}})))
+        .await
+        .unwrap();
+    assert_eq!(changed.metadata.generation, Some(2));
+    // A write that changes nothing keeps the resourceVersion.
+    let again = api
+        .patch("g", &pp, &Patch::Merge(json!({"data": {"k": "changed"}})))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        changed.metadata.resource_version
+    );
+}
+
+#[tokio::test]
+async fn the_status_subresource_separates_spec_and_status_writes() {
+    let sim = sim().await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    // Status given on create is reset, as for real pods.
+    assert_eq!(
+        created.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending")
+    );
+
+    let mut via_main = created.clone();
+    via_main.status = Some(PodStatus {
+        phase: Some("Succeeded".into()),
+        ..Default::default()
+    });
+    via_main.metadata.labels = Some(BTreeMap::from([("x".to_string(), "y".to_string())]));
+    let after_main = pods
+        .replace("p", &PostParams::default(), &via_main)
+        .await
+        .unwrap();
+    assert_eq!(
+        after_main.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending")
+    );
+    assert_eq!(after_main.metadata.labels.as_ref().unwrap()["x"], "y");
+
+    let after_status = pods
+        .patch_status(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"x": "changed"}}, "status": {"phase": "Running"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        after_status
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    assert_eq!(after_status.metadata.labels.as_ref().unwrap()["x"], "y");
+    assert_eq!(
+        after_status.metadata.generation,
+        after_main.metadata.generation
+    );
+}
+
+#[tokio::test]
+async fn json_patch_test_on_a_missing_path_compares_with_null() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    create_configmap(&api, "f").await;
+    let add: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": null},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["example.com/cleanup"]}
+    ]))
+    .unwrap();
+    let patched = api
+        .patch(
+            "f",
+            &PatchParams::default(),
+            &Patch::Json::<()>(add.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.metadata.finalizers,
+        Some(vec!["example.com/cleanup".to_string()])
+    );
+    let status = status_of(
+        api.patch("f", &PatchParams::default(), &Patch::Json::<()>(add))
+            .await,
+    );
+    assert_eq!(status.code, 422);
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_they_are_removed() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let mut cm = configmap("held", &[]);
+    cm.metadata.finalizers = Some(vec!["example.com/a".into()]);
+    api.create(&PostParams::default(), &cm).await.unwrap();
+
+    let deleted = api.delete("held", &DeleteParams::default()).await.unwrap();
+    let pending = deleted.left().expect("object is still there");
+    assert!(pending.metadata.deletion_timestamp.is_some());
+    assert_eq!(pending.metadata.generation, Some(2));
+    assert!(api.get("held").await.is_ok());
+
+    let status = status_of(
+        api.patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/a", "example.com/b"]}})),
+        )
+        .await,
+    );
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("no new finalizers can be added"),
+        "{}",
+        status.message
+    );
+
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status_of(api.get("held").await).code, 404);
+}
+
+#[tokio::test]
+async fn delete_preconditions_are_checked() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    create_configmap(&api, "p").await;
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("not-the-uid".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let status = status_of(api.delete("p", &dp).await);
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert!(
+        api.delete("p", &DeleteParams::default())
+            .await
+            .unwrap()
+            .is_left()
+    );
+    assert_eq!(status_of(api.get("p").await).code, 404);
+}
+
+#[tokio::test]
+async fn namespaces_tear_down_their_contents() {
+    let sim = sim().await;
+    let namespaces: Api<Namespace> = Api::all(sim.client());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap();
+    let created = namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Active"));
+    let api: Api<ConfigMap> = Api::namespaced(sim.client(), "team-a");
+    create_configmap(&api, "inside").await;
+    namespaces
+        .delete("team-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(status_of(api.get("inside").await).code, 404);
+    assert_eq!(status_of(namespaces.get("team-a").await).code, 404);
+    let status = status_of(namespaces.delete("default", &DeleteParams::default()).await);
+    assert_eq!(status.code, 403);
+}
+
+#[tokio::test]
+async fn secrets_fold_string_data_into_base64_data() {
+    let sim = sim().await;
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(sim.client());
+    let secret =
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"pw": "hunter2"}}))
+            .unwrap();
+    let created = api.create(&PostParams::default(), &secret).await.unwrap();
+    assert!(created.string_data.is_none());
+    assert_eq!(created.data.unwrap()["pw"].0, b"hunter2".to_vec());
+}
+
+#[tokio::test]
+async fn the_loopback_url_serves_the_same_api() {
+    let sim = sim().await;
+    let over_http = sim.http_client().unwrap();
+    let remote: Api<ConfigMap> = Api::default_namespaced(over_http);
+    create_configmap(&remote, "via-http").await;
+    let local: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    assert!(local.get("via-http").await.is_ok());
+    let status = status_of(remote.get("missing").await);
+    assert_eq!(status.code, 404);
+    let version = sim
+        .http_client()
+        .unwrap()
+        .apiserver_version()
+        .await
+        .unwrap();
+    assert_eq!(version.major, "1");
+}

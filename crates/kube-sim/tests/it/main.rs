@@ -1,0 +1,9 @@
+//! kube-sim driven by the real kube-rs client and runtime, in-process and
+//! over loopback HTTP.
+
+mod crd;
+mod crud;
+mod lifecycle;
+mod selectors;
+mod support;
+mod watch;
