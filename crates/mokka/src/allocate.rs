@@ -58,7 +58,10 @@ pub struct NodeInput {
 
 impl NodeInput {
     pub fn node_ref(&self) -> NodeRef {
-        NodeRef { name: self.name.clone(), uid: self.uid.clone() }
+        NodeRef {
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+        }
     }
 }
 
@@ -187,11 +190,23 @@ pub enum AllocationError {
     #[error("node UID {} is listed more than once", go_quote(.0))]
     DuplicateNodeUid(String),
     #[error("binding of rack group {} rack {rack_index} node {node_index} has an empty identity", go_quote(.group))]
-    BindingIdentityMissing { group: String, rack_index: i32, node_index: i32 },
+    BindingIdentityMissing {
+        group: String,
+        rack_index: i32,
+        node_index: i32,
+    },
     #[error("binding of rack group {} has a negative coordinate (rack {rack_index}, node {node_index})", go_quote(.group))]
-    NegativeCoordinate { group: String, rack_index: i32, node_index: i32 },
+    NegativeCoordinate {
+        group: String,
+        rack_index: i32,
+        node_index: i32,
+    },
     #[error("rack group {} rack {rack_index} node {node_index} is bound more than once", go_quote(.group))]
-    DuplicateCoordinate { group: String, rack_index: i32, node_index: i32 },
+    DuplicateCoordinate {
+        group: String,
+        rack_index: i32,
+        node_index: i32,
+    },
     #[error("rack group {} of inventory {} (UID {}) is listed more than once", go_quote(&.0.group), go_quote(&.0.inventory_name), go_quote(&.0.inventory_uid))]
     DuplicateGroup(GroupKey),
     #[error("rack group {} has an empty identity", go_quote(&.0.group))]
@@ -244,7 +259,11 @@ impl CompiledGroup<'_> {
 
 /// Plans the allocation. See the module documentation for the rules.
 pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> {
-    let mut work = WorkCounters { groups: input.groups.len(), nodes: input.nodes.len(), ..Default::default() };
+    let mut work = WorkCounters {
+        groups: input.groups.len(),
+        nodes: input.nodes.len(),
+        ..Default::default()
+    };
 
     // Groups, sorted by key so every later step visits them in one order.
     let mut group_inputs: Vec<&GroupInput> = input.groups.iter().collect();
@@ -255,14 +274,21 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         if key.inventory_name.is_empty() || key.inventory_uid.is_empty() || key.group.is_empty() {
             return Err(AllocationError::GroupIdentityMissing(key.clone()));
         }
-        if groups.last().is_some_and(|previous| previous.input.key == *key) {
+        if groups
+            .last()
+            .is_some_and(|previous| previous.input.key == *key)
+        {
             return Err(AllocationError::DuplicateGroup(key.clone()));
         }
         if group.racks < 0 || group.nodes_per_rack < 1 {
             return Err(AllocationError::InvalidGroupShape(key.clone()));
         }
-        let selector = PlacementSelector::compile(group.selector.as_ref())
-            .map_err(|source| AllocationError::InvalidSelector { group: key.clone(), source })?;
+        let selector = PlacementSelector::compile(group.selector.as_ref()).map_err(|source| {
+            AllocationError::InvalidSelector {
+                group: key.clone(),
+                source,
+            }
+        })?;
         groups.push(CompiledGroup {
             input: group,
             selector,
@@ -271,8 +297,11 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             capacity: group.racks as u64 * group.nodes_per_rack as u64,
         });
     }
-    let group_index: HashMap<&GroupKey, usize> =
-        groups.iter().enumerate().map(|(index, group)| (&group.input.key, index)).collect();
+    let group_index: HashMap<&GroupKey, usize> = groups
+        .iter()
+        .enumerate()
+        .map(|(index, group)| (&group.input.key, index))
+        .collect();
 
     // Nodes, indexed by UID.
     let mut nodes_by_uid: HashMap<&str, &NodeInput> = HashMap::with_capacity(input.nodes.len());
@@ -288,7 +317,8 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     // Bindings, sorted, checked, and their in-capacity coordinates occupied.
     let mut bindings: Vec<&Binding> = input.bindings.iter().collect();
     bindings.sort();
-    let mut seen_coordinates: HashSet<(&GroupKey, i32, i32)> = HashSet::with_capacity(bindings.len());
+    let mut seen_coordinates: HashSet<(&GroupKey, i32, i32)> =
+        HashSet::with_capacity(bindings.len());
     for binding in &bindings {
         let group = &binding.group;
         if binding.node.name.is_empty()
@@ -331,12 +361,17 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     let mut bindings_by_uid: HashMap<&str, Vec<&Binding>> = HashMap::with_capacity(bindings.len());
     for binding in &bindings {
         work.bindings_classified += 1;
-        bindings_by_uid.entry(binding.node.uid.as_str()).or_default().push(binding);
+        bindings_by_uid
+            .entry(binding.node.uid.as_str())
+            .or_default()
+            .push(binding);
         let reason = match group_index.get(&binding.group) {
             None => Some(ReleaseReason::GroupRemoved),
             Some(&index) => {
                 let group = &groups[index];
-                let node = nodes_by_uid.get(binding.node.uid.as_str()).filter(|node| node.name == binding.node.name);
+                let node = nodes_by_uid
+                    .get(binding.node.uid.as_str())
+                    .filter(|node| node.name == binding.node.name);
                 if group.slot(binding.rack_index, binding.node_index).is_none() {
                     Some(ReleaseReason::CapacityShrink)
                 } else if let Some(node) = node {
@@ -344,7 +379,8 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
                         Some(ReleaseReason::NodeIneligible)
                     } else {
                         work.selector_evaluations += 1;
-                        (!group.selector.matches(&node.labels)).then_some(ReleaseReason::SelectorMismatch)
+                        (!group.selector.matches(&node.labels))
+                            .then_some(ReleaseReason::SelectorMismatch)
                     }
                 } else {
                     Some(ReleaseReason::NodeGone)
@@ -353,10 +389,16 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         };
         match reason {
             None => retained.push((*binding).clone()),
-            Some(reason) => released.push(Release { binding: (*binding).clone(), reason }),
+            Some(reason) => released.push(Release {
+                binding: (*binding).clone(),
+                reason,
+            }),
         }
     }
-    let retained_uids: HashSet<&str> = retained.iter().map(|binding| binding.node.uid.as_str()).collect();
+    let retained_uids: HashSet<&str> = retained
+        .iter()
+        .map(|binding| binding.node.uid.as_str())
+        .collect();
 
     // A Node bound at two or more coordinates is a data conflict; it is kept
     // where it is and not considered for anything new.
@@ -365,7 +407,8 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     for (uid, bound) in &bindings_by_uid {
         if bound.len() > 1 {
             duplicate_uids.insert(uid);
-            let groups: BTreeSet<GroupKey> = bound.iter().map(|binding| binding.group.clone()).collect();
+            let groups: BTreeSet<GroupKey> =
+                bound.iter().map(|binding| binding.group.clone()).collect();
             conflicts.push(Conflict {
                 reason: ConflictReason::DuplicateBinding,
                 node: bound[0].node.clone(),
@@ -376,10 +419,12 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     }
 
     // New placements, oldest Node first.
-    let mut candidates: Vec<&NodeInput> = input.nodes.iter().filter(|node| is_eligible(&node.labels)).collect();
-    candidates.sort_by(|a, b| {
-        (&a.created, &a.name, &a.uid).cmp(&(&b.created, &b.name, &b.uid))
-    });
+    let mut candidates: Vec<&NodeInput> = input
+        .nodes
+        .iter()
+        .filter(|node| is_eligible(&node.labels))
+        .collect();
+    candidates.sort_by(|a, b| (&a.created, &a.name, &a.uid).cmp(&(&b.created, &b.name, &b.uid)));
     let mut assigned = Vec::new();
     let mut pending = Vec::new();
     let mut matching: Vec<usize> = Vec::with_capacity(groups.len());
@@ -400,7 +445,10 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             conflicts.push(Conflict {
                 reason: ConflictReason::SelectorOverlap,
                 node: node.node_ref(),
-                groups: matching.iter().map(|&index| groups[index].input.key.clone()).collect(),
+                groups: matching
+                    .iter()
+                    .map(|&index| groups[index].input.key.clone())
+                    .collect(),
                 bindings: Vec::new(),
             });
             continue;
@@ -410,7 +458,11 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         };
         let release_pending = bindings_by_uid.contains_key(uid);
         let group = &mut groups[index];
-        let slot = if release_pending { None } else { group.take_free_slot(&mut work) };
+        let slot = if release_pending {
+            None
+        } else {
+            group.take_free_slot(&mut work)
+        };
         match slot {
             Some((rack_index, node_index)) => assigned.push(Binding {
                 group: group.input.key.clone(),
@@ -418,7 +470,10 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
                 node_index,
                 node: node.node_ref(),
             }),
-            None => pending.push(PendingNode { node: node.node_ref(), group: group.input.key.clone() }),
+            None => pending.push(PendingNode {
+                node: node.node_ref(),
+                group: group.input.key.clone(),
+            }),
         }
     }
 
@@ -430,7 +485,15 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     desired.extend(retained.iter().cloned());
     desired.extend(assigned.iter().cloned());
     desired.sort();
-    Ok(Allocation { retained, released, assigned, bindings: desired, pending, conflicts, work })
+    Ok(Allocation {
+        retained,
+        released,
+        assigned,
+        bindings: desired,
+        pending,
+        conflicts,
+        work,
+    })
 }
 
 impl Allocation {
@@ -440,11 +503,26 @@ impl Allocation {
         let in_group = |binding: &&Binding| binding.group == *key;
         Allocation {
             retained: self.retained.iter().filter(in_group).cloned().collect(),
-            released: self.released.iter().filter(|release| release.binding.group == *key).cloned().collect(),
+            released: self
+                .released
+                .iter()
+                .filter(|release| release.binding.group == *key)
+                .cloned()
+                .collect(),
             assigned: self.assigned.iter().filter(in_group).cloned().collect(),
             bindings: self.bindings.iter().filter(in_group).cloned().collect(),
-            pending: self.pending.iter().filter(|pending| pending.group == *key).cloned().collect(),
-            conflicts: self.conflicts.iter().filter(|conflict| conflict.groups.contains(key)).cloned().collect(),
+            pending: self
+                .pending
+                .iter()
+                .filter(|pending| pending.group == *key)
+                .cloned()
+                .collect(),
+            conflicts: self
+                .conflicts
+                .iter()
+                .filter(|conflict| conflict.groups.contains(key))
+                .cloned()
+                .collect(),
             work: self.work,
         }
     }

@@ -10,6 +10,8 @@ pub mod api;
 mod error;
 pub mod fixtures;
 pub mod identity;
+pub mod inventory;
+pub mod limits;
 pub mod profile;
 pub mod render;
 pub mod selector;

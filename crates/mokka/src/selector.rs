@@ -21,7 +21,11 @@ pub enum SelectorError {
     #[error("selector key {}: {reason}", go_quote(.key))]
     InvalidKey { key: String, reason: &'static str },
     #[error("selector value {} of key {}: {reason}", go_quote(.value), go_quote(.key))]
-    InvalidValue { key: String, value: String, reason: &'static str },
+    InvalidValue {
+        key: String,
+        value: String,
+        reason: &'static str,
+    },
     #[error("selector operator {} of key {} is not one of In, NotIn, Exists, DoesNotExist", go_quote(.operator), go_quote(.key))]
     UnknownOperator { key: String, operator: String },
     #[error("selector operator {operator} of key {} requires at least one value", go_quote(.key))]
@@ -77,9 +81,16 @@ impl PlacementSelector {
             let values = expression.values.clone().unwrap_or_default();
             let requirement = match expression.operator.as_str() {
                 "In" | "NotIn" => {
-                    let operator = if expression.operator == "In" { "In" } else { "NotIn" };
+                    let operator = if expression.operator == "In" {
+                        "In"
+                    } else {
+                        "NotIn"
+                    };
                     if values.is_empty() {
-                        return Err(SelectorError::ValuesRequired { key: key.clone(), operator });
+                        return Err(SelectorError::ValuesRequired {
+                            key: key.clone(),
+                            operator,
+                        });
                     }
                     for value in &values {
                         check_value(key, value)?;
@@ -94,12 +105,22 @@ impl PlacementSelector {
                     let exists = expression.operator == "Exists";
                     let operator = if exists { "Exists" } else { "DoesNotExist" };
                     if !values.is_empty() {
-                        return Err(SelectorError::ValuesForbidden { key: key.clone(), operator });
+                        return Err(SelectorError::ValuesForbidden {
+                            key: key.clone(),
+                            operator,
+                        });
                     }
-                    if exists { Requirement::Exists(key.clone()) } else { Requirement::DoesNotExist(key.clone()) }
+                    if exists {
+                        Requirement::Exists(key.clone())
+                    } else {
+                        Requirement::DoesNotExist(key.clone())
+                    }
                 }
                 other => {
-                    return Err(SelectorError::UnknownOperator { key: key.clone(), operator: other.to_string() });
+                    return Err(SelectorError::UnknownOperator {
+                        key: key.clone(),
+                        operator: other.to_string(),
+                    });
                 }
             };
             requirements.push(requirement);
@@ -109,7 +130,9 @@ impl PlacementSelector {
 
     /// True when every requirement holds for `labels`.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|requirement| requirement.matches(labels))
+        self.requirements
+            .iter()
+            .all(|requirement| requirement.matches(labels))
     }
 
     /// True for a selector with no requirements (it selects every Node).
@@ -120,14 +143,21 @@ impl PlacementSelector {
 
 /// A Node is eligible for Mokka when it carries `mokka.nvidia.com/sgpu-node=true`.
 pub fn is_eligible(labels: &BTreeMap<String, String>) -> bool {
-    labels.get(LABEL_SGPU_NODE).is_some_and(|value| value == "true")
+    labels
+        .get(LABEL_SGPU_NODE)
+        .is_some_and(|value| value == "true")
 }
 
 fn check_key(key: &str) -> Result<(), SelectorError> {
     if CONTROLLER_OWNED_LABELS.contains(&key) {
         return Err(SelectorError::ControllerOwnedLabel(key.to_string()));
     }
-    let invalid = |reason| Err(SelectorError::InvalidKey { key: key.to_string(), reason });
+    let invalid = |reason| {
+        Err(SelectorError::InvalidKey {
+            key: key.to_string(),
+            reason,
+        })
+    };
     let (prefix, name) = match key.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
@@ -138,7 +168,9 @@ fn check_key(key: &str) -> Result<(), SelectorError> {
         return invalid("prefix must be a DNS-1123 subdomain");
     }
     if !is_qualified_name_part(name) {
-        return invalid("name must be 1-63 alphanumeric characters, '-', '_' or '.', starting and ending alphanumeric");
+        return invalid(
+            "name must be 1-63 alphanumeric characters, '-', '_' or '.', starting and ending alphanumeric",
+        );
     }
     Ok(())
 }
@@ -160,7 +192,9 @@ fn is_qualified_name_part(part: &str) -> bool {
         && bytes.len() <= 63
         && bytes[0].is_ascii_alphanumeric()
         && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// RFC 1123 subdomain: dot-separated DNS labels, at most 253 characters.
@@ -188,14 +222,21 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn expression(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
         LabelSelectorRequirement {
             key: key.into(),
             operator: operator.into(),
-            values: if values.is_empty() { None } else { Some(values.iter().map(|v| v.to_string()).collect()) },
+            values: if values.is_empty() {
+                None
+            } else {
+                Some(values.iter().map(|v| v.to_string()).collect())
+            },
         }
     }
 
@@ -213,11 +254,19 @@ mod tests {
     #[test]
     fn projected_labels_are_rejected_in_match_labels_and_match_expressions() {
         for key in CONTROLLER_OWNED_LABELS {
-            let by_label = LabelSelector { match_labels: Some(labels(&[(key, "true")])), ..Default::default() };
-            let by_expression = LabelSelector { match_expressions: Some(vec![expression(key, "Exists", &[])]), ..Default::default() };
+            let by_label = LabelSelector {
+                match_labels: Some(labels(&[(key, "true")])),
+                ..Default::default()
+            };
+            let by_expression = LabelSelector {
+                match_expressions: Some(vec![expression(key, "Exists", &[])]),
+                ..Default::default()
+            };
             for selector in [by_label, by_expression] {
                 assert_eq!(
-                    PlacementSelector::compile(Some(&selector)).unwrap_err().to_string(),
+                    PlacementSelector::compile(Some(&selector))
+                        .unwrap_err()
+                        .to_string(),
                     format!("selector must not reference controller-owned label \"{key}\"")
                 );
             }
@@ -227,12 +276,21 @@ mod tests {
     #[test]
     fn operator_owned_labels_are_accepted() {
         let selector = LabelSelector {
-            match_labels: Some(labels(&[("mokka.nvidia.com/sgpu-group", "training"), (LABEL_SGPU_NODE, "true")])),
+            match_labels: Some(labels(&[
+                ("mokka.nvidia.com/sgpu-group", "training"),
+                (LABEL_SGPU_NODE, "true"),
+            ])),
             ..Default::default()
         };
         let compiled = PlacementSelector::compile(Some(&selector)).unwrap();
-        assert!(compiled.matches(&labels(&[("mokka.nvidia.com/sgpu-group", "training"), (LABEL_SGPU_NODE, "true")])));
-        assert!(!compiled.matches(&labels(&[("mokka.nvidia.com/sgpu-group", "inference"), (LABEL_SGPU_NODE, "true")])));
+        assert!(compiled.matches(&labels(&[
+            ("mokka.nvidia.com/sgpu-group", "training"),
+            (LABEL_SGPU_NODE, "true")
+        ])));
+        assert!(!compiled.matches(&labels(&[
+            ("mokka.nvidia.com/sgpu-group", "inference"),
+            (LABEL_SGPU_NODE, "true")
+        ])));
     }
 
     #[test]
@@ -258,15 +316,36 @@ mod tests {
     #[test]
     fn invalid_selectors_are_rejected() {
         let bad = |expression: LabelSelectorRequirement| {
-            PlacementSelector::compile(Some(&LabelSelector { match_expressions: Some(vec![expression]), ..Default::default() }))
-                .unwrap_err()
+            PlacementSelector::compile(Some(&LabelSelector {
+                match_expressions: Some(vec![expression]),
+                ..Default::default()
+            }))
+            .unwrap_err()
         };
-        assert!(matches!(bad(expression("pool", "Near", &["a"])), SelectorError::UnknownOperator { .. }));
-        assert!(matches!(bad(expression("pool", "In", &[])), SelectorError::ValuesRequired { .. }));
-        assert!(matches!(bad(expression("pool", "Exists", &["a"])), SelectorError::ValuesForbidden { .. }));
-        assert!(matches!(bad(expression("bad key!", "Exists", &[])), SelectorError::InvalidKey { .. }));
-        assert!(matches!(bad(expression("Bad_Prefix/key", "Exists", &[])), SelectorError::InvalidKey { .. }));
-        assert!(matches!(bad(expression("pool", "In", &["no spaces"])), SelectorError::InvalidValue { .. }));
+        assert!(matches!(
+            bad(expression("pool", "Near", &["a"])),
+            SelectorError::UnknownOperator { .. }
+        ));
+        assert!(matches!(
+            bad(expression("pool", "In", &[])),
+            SelectorError::ValuesRequired { .. }
+        ));
+        assert!(matches!(
+            bad(expression("pool", "Exists", &["a"])),
+            SelectorError::ValuesForbidden { .. }
+        ));
+        assert!(matches!(
+            bad(expression("bad key!", "Exists", &[])),
+            SelectorError::InvalidKey { .. }
+        ));
+        assert!(matches!(
+            bad(expression("Bad_Prefix/key", "Exists", &[])),
+            SelectorError::InvalidKey { .. }
+        ));
+        assert!(matches!(
+            bad(expression("pool", "In", &["no spaces"])),
+            SelectorError::InvalidValue { .. }
+        ));
     }
 
     #[test]

@@ -7,7 +7,9 @@ use super::*;
 use crate::api::LABEL_SGPU_NODE;
 
 fn time(seconds: i64) -> Option<Time> {
-    Some(Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap()))
+    Some(Time(
+        k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap(),
+    ))
 }
 
 fn key(group: &str) -> GroupKey {
@@ -31,7 +33,12 @@ fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
     if let Some(pool) = pool {
         labels.insert("pool".into(), pool.into());
     }
-    NodeInput { name: name.into(), uid: format!("{name}-uid"), created: time(created), labels }
+    NodeInput {
+        name: name.into(),
+        uid: format!("{name}-uid"),
+        created: time(created),
+        labels,
+    }
 }
 
 fn bind(group: &str, rack_index: i32, node_index: i32, node: &str) -> Binding {
@@ -39,14 +46,24 @@ fn bind(group: &str, rack_index: i32, node_index: i32, node: &str) -> Binding {
         group: key(group),
         rack_index,
         node_index,
-        node: NodeRef { name: node.into(), uid: format!("{node}-uid") },
+        node: NodeRef {
+            name: node.into(),
+            uid: format!("{node}-uid"),
+        },
     }
 }
 
 fn coordinates(bindings: &[Binding]) -> Vec<(String, i32, i32, String)> {
     bindings
         .iter()
-        .map(|b| (b.group.group.clone(), b.rack_index, b.node_index, b.node.name.clone()))
+        .map(|b| {
+            (
+                b.group.group.clone(),
+                b.rack_index,
+                b.node_index,
+                b.node.name.clone(),
+            )
+        })
         .collect()
 }
 
@@ -58,15 +75,32 @@ fn c(group: &str, rack: i32, node: i32, name: &str) -> (String, i32, i32, String
 fn new_nodes_fill_free_coordinates_rack_major_oldest_first() {
     let input = AllocationInput {
         groups: vec![group("compute", 2, 2, None)],
-        nodes: vec![node("d", 4, None), node("b", 2, None), node("a", 1, None), node("c", 3, None), node("e", 5, None)],
+        nodes: vec![
+            node("d", 4, None),
+            node("b", 2, None),
+            node("a", 1, None),
+            node("c", 3, None),
+            node("e", 5, None),
+        ],
         bindings: vec![],
     };
     let allocation = allocate(&input).unwrap();
     assert_eq!(
         coordinates(&allocation.assigned),
-        vec![c("compute", 0, 0, "a"), c("compute", 0, 1, "b"), c("compute", 1, 0, "c"), c("compute", 1, 1, "d")]
+        vec![
+            c("compute", 0, 0, "a"),
+            c("compute", 0, 1, "b"),
+            c("compute", 1, 0, "c"),
+            c("compute", 1, 1, "d")
+        ]
     );
-    assert_eq!(allocation.pending, vec![PendingNode { node: node("e", 5, None).node_ref(), group: key("compute") }]);
+    assert_eq!(
+        allocation.pending,
+        vec![PendingNode {
+            node: node("e", 5, None).node_ref(),
+            group: key("compute")
+        }]
+    );
     assert_eq!(allocation.bindings, allocation.assigned);
 }
 
@@ -74,12 +108,22 @@ fn new_nodes_fill_free_coordinates_rack_major_oldest_first() {
 fn retains_bindings_and_fills_only_free_slots() {
     let input = AllocationInput {
         groups: vec![group("compute", 1, 3, None)],
-        nodes: vec![node("old", 1, None), node("new", 2, None), node("bound", 9, None)],
+        nodes: vec![
+            node("old", 1, None),
+            node("new", 2, None),
+            node("bound", 9, None),
+        ],
         bindings: vec![bind("compute", 0, 1, "bound")],
     };
     let allocation = allocate(&input).unwrap();
-    assert_eq!(coordinates(&allocation.retained), vec![c("compute", 0, 1, "bound")]);
-    assert_eq!(coordinates(&allocation.assigned), vec![c("compute", 0, 0, "old"), c("compute", 0, 2, "new")]);
+    assert_eq!(
+        coordinates(&allocation.retained),
+        vec![c("compute", 0, 1, "bound")]
+    );
+    assert_eq!(
+        coordinates(&allocation.assigned),
+        vec![c("compute", 0, 0, "old"), c("compute", 0, 2, "new")]
+    );
     assert!(allocation.released.is_empty());
 }
 
@@ -91,12 +135,21 @@ fn orders_pending_nodes_by_creation_time_name_and_uid() {
     same_second_high_uid.uid = "x-uid-2".into();
     let input = AllocationInput {
         groups: vec![group("compute", 0, 1, None)],
-        nodes: vec![same_second_high_uid, node("b", 5, None), node("z", 1, None), same_second_low_uid, node("a", 5, None)],
+        nodes: vec![
+            same_second_high_uid,
+            node("b", 5, None),
+            node("z", 1, None),
+            same_second_low_uid,
+            node("a", 5, None),
+        ],
         bindings: vec![],
     };
     let allocation = allocate(&input).unwrap();
-    let order: Vec<(String, String)> =
-        allocation.pending.iter().map(|p| (p.node.name.clone(), p.node.uid.clone())).collect();
+    let order: Vec<(String, String)> = allocation
+        .pending
+        .iter()
+        .map(|p| (p.node.name.clone(), p.node.uid.clone()))
+        .collect();
     assert_eq!(
         order,
         vec![
@@ -113,17 +166,27 @@ fn orders_pending_nodes_by_creation_time_name_and_uid() {
 fn reports_selector_overlap_unless_a_valid_binding_exists() {
     let input = AllocationInput {
         groups: vec![group("one", 1, 2, None), group("two", 1, 2, Some("gpu"))],
-        nodes: vec![node("bound", 1, Some("gpu")), node("fresh", 2, Some("gpu")), node("plain", 3, None)],
+        nodes: vec![
+            node("bound", 1, Some("gpu")),
+            node("fresh", 2, Some("gpu")),
+            node("plain", 3, None),
+        ],
         bindings: vec![bind("two", 0, 0, "bound")],
     };
     let allocation = allocate(&input).unwrap();
-    assert_eq!(coordinates(&allocation.retained), vec![c("two", 0, 0, "bound")]);
+    assert_eq!(
+        coordinates(&allocation.retained),
+        vec![c("two", 0, 0, "bound")]
+    );
     assert_eq!(allocation.conflicts.len(), 1);
     let conflict = &allocation.conflicts[0];
     assert_eq!(conflict.reason, ConflictReason::SelectorOverlap);
     assert_eq!(conflict.node.name, "fresh");
     assert_eq!(conflict.groups, vec![key("one"), key("two")]);
-    assert_eq!(coordinates(&allocation.assigned), vec![c("one", 0, 0, "plain")]);
+    assert_eq!(
+        coordinates(&allocation.assigned),
+        vec![c("one", 0, 0, "plain")]
+    );
     // The overlap is visible from both groups' views.
     assert_eq!(allocation.group_view(&key("one")).conflicts.len(), 1);
     assert_eq!(allocation.group_view(&key("two")).conflicts.len(), 1);
@@ -134,36 +197,73 @@ fn keeps_duplicate_bindings_as_a_data_conflict() {
     let input = AllocationInput {
         groups: vec![group("compute", 2, 2, None)],
         nodes: vec![node("twice", 1, None), node("other", 2, None)],
-        bindings: vec![bind("compute", 0, 0, "twice"), bind("compute", 1, 1, "twice")],
+        bindings: vec![
+            bind("compute", 0, 0, "twice"),
+            bind("compute", 1, 1, "twice"),
+        ],
     };
     let allocation = allocate(&input).unwrap();
     assert_eq!(allocation.conflicts.len(), 1);
-    assert_eq!(allocation.conflicts[0].reason, ConflictReason::DuplicateBinding);
-    assert_eq!(allocation.conflicts[0].bindings, vec![bind("compute", 0, 0, "twice"), bind("compute", 1, 1, "twice")]);
+    assert_eq!(
+        allocation.conflicts[0].reason,
+        ConflictReason::DuplicateBinding
+    );
+    assert_eq!(
+        allocation.conflicts[0].bindings,
+        vec![
+            bind("compute", 0, 0, "twice"),
+            bind("compute", 1, 1, "twice")
+        ]
+    );
     // Neither binding moves, and the other Node does not take their slots.
-    assert_eq!(coordinates(&allocation.retained), vec![c("compute", 0, 0, "twice"), c("compute", 1, 1, "twice")]);
-    assert_eq!(coordinates(&allocation.assigned), vec![c("compute", 0, 1, "other")]);
+    assert_eq!(
+        coordinates(&allocation.retained),
+        vec![c("compute", 0, 0, "twice"), c("compute", 1, 1, "twice")]
+    );
+    assert_eq!(
+        coordinates(&allocation.assigned),
+        vec![c("compute", 0, 1, "other")]
+    );
 }
 
 #[test]
 fn plans_releases_with_all_five_reasons() {
     let mut ineligible = node("ineligible", 3, Some("gpu"));
-    ineligible.labels.insert(LABEL_SGPU_NODE.into(), "false".into());
+    ineligible
+        .labels
+        .insert(LABEL_SGPU_NODE.into(), "false".into());
     let input = AllocationInput {
         groups: vec![group("compute", 1, 2, Some("gpu"))],
-        nodes: vec![node("kept", 1, Some("gpu")), node("removed", 2, Some("gpu")), ineligible, node("moved", 4, Some("cpu")), node("shrunk", 5, Some("gpu"))],
+        nodes: vec![
+            node("kept", 1, Some("gpu")),
+            node("removed", 2, Some("gpu")),
+            ineligible,
+            node("moved", 4, Some("cpu")),
+            node("shrunk", 5, Some("gpu")),
+        ],
         bindings: vec![
             bind("compute", 0, 0, "kept"),
             bind("deleted-group", 0, 0, "removed"),
             bind("compute", 3, 0, "shrunk"),
             bind("compute", 0, 1, "gone"),
-            Binding { group: key("compute"), rack_index: 5, node_index: 0, node: NodeRef { name: "ineligible".into(), uid: "ineligible-uid".into() } },
+            Binding {
+                group: key("compute"),
+                rack_index: 5,
+                node_index: 0,
+                node: NodeRef {
+                    name: "ineligible".into(),
+                    uid: "ineligible-uid".into(),
+                },
+            },
             bind("compute", 6, 1, "moved"),
         ],
     };
     let allocation = allocate(&input).unwrap();
-    let reasons: BTreeMap<String, ReleaseReason> =
-        allocation.released.iter().map(|r| (r.binding.node.name.clone(), r.reason)).collect();
+    let reasons: BTreeMap<String, ReleaseReason> = allocation
+        .released
+        .iter()
+        .map(|r| (r.binding.node.name.clone(), r.reason))
+        .collect();
     assert_eq!(reasons["removed"], ReleaseReason::GroupRemoved);
     assert_eq!(reasons["shrunk"], ReleaseReason::CapacityShrink);
     assert_eq!(reasons["gone"], ReleaseReason::NodeGone);
@@ -176,14 +276,23 @@ fn plans_releases_with_all_five_reasons() {
     let input = AllocationInput {
         groups: vec![group("compute", 2, 2, Some("gpu"))],
         nodes: vec![ineligible, node("moved", 4, Some("cpu"))],
-        bindings: vec![bind("compute", 0, 0, "ineligible"), bind("compute", 0, 1, "moved")],
+        bindings: vec![
+            bind("compute", 0, 0, "ineligible"),
+            bind("compute", 0, 1, "moved"),
+        ],
     };
     let allocation = allocate(&input).unwrap();
-    let reasons: Vec<(String, ReleaseReason)> =
-        allocation.released.iter().map(|r| (r.binding.node.name.clone(), r.reason)).collect();
+    let reasons: Vec<(String, ReleaseReason)> = allocation
+        .released
+        .iter()
+        .map(|r| (r.binding.node.name.clone(), r.reason))
+        .collect();
     assert_eq!(
         reasons,
-        vec![("ineligible".into(), ReleaseReason::NodeIneligible), ("moved".into(), ReleaseReason::SelectorMismatch)]
+        vec![
+            ("ineligible".into(), ReleaseReason::NodeIneligible),
+            ("moved".into(), ReleaseReason::SelectorMismatch)
+        ]
     );
 }
 
@@ -197,7 +306,10 @@ fn released_coordinates_stay_occupied_until_cleanup() {
     let allocation = allocate(&input).unwrap();
     assert_eq!(allocation.released[0].reason, ReleaseReason::NodeGone);
     // The newcomer skips the released slot (0,0) and takes (0,1).
-    assert_eq!(coordinates(&allocation.assigned), vec![c("compute", 0, 1, "newcomer")]);
+    assert_eq!(
+        coordinates(&allocation.assigned),
+        vec![c("compute", 0, 1, "newcomer")]
+    );
 
     // With the rack full of released slots, the newcomer waits.
     let input = AllocationInput {
@@ -210,8 +322,14 @@ fn released_coordinates_stay_occupied_until_cleanup() {
     assert_eq!(allocation.pending.len(), 1);
 
     // Once cleanup has removed the binding, the slot is free again.
-    let cleaned = AllocationInput { bindings: vec![], ..input };
-    assert_eq!(coordinates(&allocate(&cleaned).unwrap().assigned), vec![c("compute", 0, 0, "newcomer")]);
+    let cleaned = AllocationInput {
+        bindings: vec![],
+        ..input
+    };
+    assert_eq!(
+        coordinates(&allocate(&cleaned).unwrap().assigned),
+        vec![c("compute", 0, 0, "newcomer")]
+    );
 }
 
 #[test]
@@ -225,7 +343,13 @@ fn a_node_whose_release_is_pending_waits_for_cleanup() {
     let allocation = allocate(&input).unwrap();
     assert_eq!(allocation.released[0].reason, ReleaseReason::CapacityShrink);
     assert!(allocation.assigned.is_empty());
-    assert_eq!(allocation.pending, vec![PendingNode { node: node("returning", 1, None).node_ref(), group: key("compute") }]);
+    assert_eq!(
+        allocation.pending,
+        vec![PendingNode {
+            node: node("returning", 1, None).node_ref(),
+            group: key("compute")
+        }]
+    );
 }
 
 #[test]
@@ -241,7 +365,13 @@ fn treats_same_name_new_uid_as_a_replacement() {
     assert_eq!(allocation.released[0].reason, ReleaseReason::NodeGone);
     assert_eq!(allocation.assigned.len(), 1);
     assert_eq!(allocation.assigned[0].node.uid, "worker-uid-2");
-    assert_eq!((allocation.assigned[0].rack_index, allocation.assigned[0].node_index), (0, 1));
+    assert_eq!(
+        (
+            allocation.assigned[0].rack_index,
+            allocation.assigned[0].node_index
+        ),
+        (0, 1)
+    );
 }
 
 #[test]
@@ -254,17 +384,31 @@ fn does_not_compact_across_shrink_and_grow() {
         bindings: vec![bind("compute", 1, 0, "second")],
     };
     let allocation = allocate(&input).unwrap();
-    assert_eq!(coordinates(&allocation.retained), vec![c("compute", 1, 0, "second")]);
-    assert_eq!(coordinates(&allocation.assigned), vec![c("compute", 0, 0, "late")]);
+    assert_eq!(
+        coordinates(&allocation.retained),
+        vec![c("compute", 1, 0, "second")]
+    );
+    assert_eq!(
+        coordinates(&allocation.assigned),
+        vec![c("compute", 0, 0, "late")]
+    );
 }
 
 #[test]
 fn only_eligible_nodes_are_classified() {
     let mut outsider = node("outsider", 1, None);
     outsider.labels.clear();
-    let input = AllocationInput { groups: vec![group("compute", 1, 1, None)], nodes: vec![outsider], bindings: vec![] };
+    let input = AllocationInput {
+        groups: vec![group("compute", 1, 1, None)],
+        nodes: vec![outsider],
+        bindings: vec![],
+    };
     let allocation = allocate(&input).unwrap();
-    assert!(allocation.assigned.is_empty() && allocation.pending.is_empty() && allocation.conflicts.is_empty());
+    assert!(
+        allocation.assigned.is_empty()
+            && allocation.pending.is_empty()
+            && allocation.conflicts.is_empty()
+    );
 }
 
 #[test]
@@ -279,21 +423,41 @@ fn rejects_malformed_input() {
         edit(&mut input);
         allocate(&input).unwrap_err()
     };
-    assert!(matches!(reject(&|i| i.nodes[0].uid.clear()), AllocationError::NodeIdentityMissing(_)));
-    assert!(matches!(reject(&|i| i.nodes.push(node("a", 2, None))), AllocationError::DuplicateNodeUid(_)));
     assert!(matches!(
-        reject(&|i| i.bindings.push(Binding { node: NodeRef::default(), ..bind("compute", 0, 0, "a") })),
+        reject(&|i| i.nodes[0].uid.clear()),
+        AllocationError::NodeIdentityMissing(_)
+    ));
+    assert!(matches!(
+        reject(&|i| i.nodes.push(node("a", 2, None))),
+        AllocationError::DuplicateNodeUid(_)
+    ));
+    assert!(matches!(
+        reject(&|i| i.bindings.push(Binding {
+            node: NodeRef::default(),
+            ..bind("compute", 0, 0, "a")
+        })),
         AllocationError::BindingIdentityMissing { .. }
     ));
-    assert!(matches!(reject(&|i| i.bindings.push(bind("compute", -1, 0, "a"))), AllocationError::NegativeCoordinate { .. }));
     assert!(matches!(
-        reject(&|i| i.bindings.extend([bind("compute", 0, 0, "a"), bind("compute", 0, 0, "b")])),
+        reject(&|i| i.bindings.push(bind("compute", -1, 0, "a"))),
+        AllocationError::NegativeCoordinate { .. }
+    ));
+    assert!(matches!(
+        reject(&|i| i
+            .bindings
+            .extend([bind("compute", 0, 0, "a"), bind("compute", 0, 0, "b")])),
         AllocationError::DuplicateCoordinate { .. }
     ));
-    assert!(matches!(reject(&|i| i.groups.push(group("compute", 3, 3, None))), AllocationError::DuplicateGroup(_)));
+    assert!(matches!(
+        reject(&|i| i.groups.push(group("compute", 3, 3, None))),
+        AllocationError::DuplicateGroup(_)
+    ));
     let owned = reject(&|i| {
         i.groups[0].selector = Some(LabelSelector {
-            match_labels: Some(BTreeMap::from([("nvidia.com/gpu.clique".to_string(), "x".to_string())])),
+            match_labels: Some(BTreeMap::from([(
+                "nvidia.com/gpu.clique".to_string(),
+                "x".to_string(),
+            )])),
             ..Default::default()
         })
     });
@@ -306,42 +470,67 @@ fn rejects_malformed_input() {
 #[test]
 fn scale_one_hundred_thousand_nodes_fill_gb300_racks() {
     let racks = 5556;
-    let nodes: Vec<NodeInput> = (0..100_000).map(|i| node(&format!("node-{i:06}"), i64::from(i), None)).collect();
-    let input = AllocationInput { groups: vec![group("compute", racks, 18, None)], nodes, bindings: vec![] };
+    let nodes: Vec<NodeInput> = (0..100_000)
+        .map(|i| node(&format!("node-{i:06}"), i64::from(i), None))
+        .collect();
+    let input = AllocationInput {
+        groups: vec![group("compute", racks, 18, None)],
+        nodes,
+        bindings: vec![],
+    };
     let allocation = allocate(&input).unwrap();
     assert_eq!(allocation.assigned.len(), 100_000);
     assert_eq!(allocation.assigned[0].node.name, "node-000000");
-    let last = allocation.assigned.iter().max_by_key(|b| (b.rack_index, b.node_index)).unwrap();
+    let last = allocation
+        .assigned
+        .iter()
+        .max_by_key(|b| (b.rack_index, b.node_index))
+        .unwrap();
     assert_eq!((last.rack_index, last.node_index), (5555, 9));
 }
 
 // ---- properties ----
 
 fn arbitrary_input() -> impl Strategy<Value = AllocationInput> {
-    let groups = prop::collection::vec((0..4i32, 1..4i32, prop::option::of(0..2u8)), 1..4).prop_map(|shapes| {
-        shapes
-            .into_iter()
-            .enumerate()
-            .map(|(i, (racks, nodes_per_rack, pool))| {
-                group(&format!("g{i}"), racks, nodes_per_rack, pool.map(|p| if p == 0 { "a" } else { "b" }))
-            })
-            .collect::<Vec<_>>()
-    });
-    let nodes = prop::collection::vec((0..6i64, prop::option::of(0..2u8), any::<bool>()), 0..20).prop_map(|specs| {
-        specs
-            .into_iter()
-            .enumerate()
-            .map(|(i, (created, pool, eligible))| {
-                let mut n = node(&format!("n{i}"), created, pool.map(|p| if p == 0 { "a" } else { "b" }));
-                if !eligible {
-                    n.labels.remove(LABEL_SGPU_NODE);
-                }
-                n
-            })
-            .collect::<Vec<_>>()
-    });
-    (groups, nodes, prop::collection::vec((0..5usize, 0..4i32, 0..4i32, 0..24usize), 0..12)).prop_map(
-        |(groups, nodes, raw_bindings)| {
+    let groups = prop::collection::vec((0..4i32, 1..4i32, prop::option::of(0..2u8)), 1..4)
+        .prop_map(|shapes| {
+            shapes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (racks, nodes_per_rack, pool))| {
+                    group(
+                        &format!("g{i}"),
+                        racks,
+                        nodes_per_rack,
+                        pool.map(|p| if p == 0 { "a" } else { "b" }),
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
+    let nodes = prop::collection::vec((0..6i64, prop::option::of(0..2u8), any::<bool>()), 0..20)
+        .prop_map(|specs| {
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (created, pool, eligible))| {
+                    let mut n = node(
+                        &format!("n{i}"),
+                        created,
+                        pool.map(|p| if p == 0 { "a" } else { "b" }),
+                    );
+                    if !eligible {
+                        n.labels.remove(LABEL_SGPU_NODE);
+                    }
+                    n
+                })
+                .collect::<Vec<_>>()
+        });
+    (
+        groups,
+        nodes,
+        prop::collection::vec((0..5usize, 0..4i32, 0..4i32, 0..24usize), 0..12),
+    )
+        .prop_map(|(groups, nodes, raw_bindings)| {
             // Valid bindings: each Node and each coordinate at most once.
             let mut used_nodes = HashSet::new();
             let mut used_coordinates = HashSet::new();
@@ -349,13 +538,18 @@ fn arbitrary_input() -> impl Strategy<Value = AllocationInput> {
             for (group_index, rack, slot, node_index) in raw_bindings {
                 let group = format!("g{group_index}");
                 let name = format!("n{node_index}");
-                if used_nodes.insert(name.clone()) && used_coordinates.insert((group.clone(), rack, slot)) {
+                if used_nodes.insert(name.clone())
+                    && used_coordinates.insert((group.clone(), rack, slot))
+                {
                     bindings.push(bind(&group, rack, slot, &name));
                 }
             }
-            AllocationInput { groups, nodes, bindings }
-        },
-    )
+            AllocationInput {
+                groups,
+                nodes,
+                bindings,
+            }
+        })
 }
 
 fn shuffled(input: &AllocationInput, seed: u64) -> AllocationInput {

@@ -15,12 +15,36 @@ fn decode<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
 fn example_manifests_decode_into_the_api_types() {
     let profile: SGPURackProfile = decode(EXAMPLE_PROFILE_YAML);
     assert_eq!(profile.spec.rack.nodes_per_rack, 2);
-    assert_eq!(profile.spec.defaults.unwrap().runtime.unwrap().telemetry.unwrap().power.unwrap().draw_milli_watts, Some(175_000));
+    assert_eq!(
+        profile
+            .spec
+            .defaults
+            .unwrap()
+            .runtime
+            .unwrap()
+            .telemetry
+            .unwrap()
+            .power
+            .unwrap()
+            .draw_milli_watts,
+        Some(175_000)
+    );
     let inventory: SGPUInventory = decode(EXAMPLE_INVENTORY_YAML);
-    assert_eq!(inventory.spec.rack_groups.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(), ["training", "inference"]);
+    assert_eq!(
+        inventory
+            .spec
+            .rack_groups
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect::<Vec<_>>(),
+        ["training", "inference"]
+    );
     let policy: SGPURuntimePolicy = decode(EXAMPLE_POLICY_YAML);
     assert_eq!(policy.spec.target_ref.gpu_indexes, Some(vec![2]));
-    assert_eq!(policy.spec.runtime.unwrap().device_state, Some(DeviceState::Failed));
+    assert_eq!(
+        policy.spec.runtime.unwrap().device_state,
+        Some(DeviceState::Failed)
+    );
 }
 
 #[test]
@@ -37,11 +61,17 @@ fn the_example_rack_is_what_rendering_the_example_profile_produces() {
         rack_count: 1,
     };
     let mut rendered = render_rack(coordinate, Some(&profile)).unwrap();
-    rendered.nodes[0].node_ref = Some(NodeRef { name: "worker-1".into(), uid: "node-uid-1".into() });
+    rendered.nodes[0].node_ref = Some(NodeRef {
+        name: "worker-1".into(),
+        uid: "node-uid-1".into(),
+    });
 
     let rack: SGPURack = decode(EXAMPLE_RACK_YAML);
     assert_eq!(rack.spec, rendered);
-    assert_eq!(rack.metadata.name.as_deref(), Some(rack_name("example", "inventory-uid-a", "compute", 0).as_str()));
+    assert_eq!(
+        rack.metadata.name.as_deref(),
+        Some(rack_name("example", "inventory-uid-a", "compute", 0).as_str())
+    );
 }
 
 #[test]
