@@ -1,16 +1,35 @@
 //! controller-kit: the runtime every gpufleet controller stands on.
 //!
-//! * [`queue`]: client-go style work queue with rate limiters and metrics.
+//! * [`queue`]: client-go style work queue ([`WorkQueue`]) with rate limiters and metrics.
+//! * [`coalescer`]: per-key status coalescing in front of a queue ([`Coalescer`]).
+//! * [`caches`]: process-lifetime reflector stores with transforms, indexes and handlers ([`Caches`]).
+//! * [`leader`]: Lease leader election with client-go semantics ([`LeaderElector`], [`LeaseLock`]).
+//! * [`controller`]: queue-driven controllers that run only while leading ([`Controller`]).
+//! * [`manager`]: caches + election + leader-lifetime work for one replica ([`Manager`]).
+//! * [`readiness`]: the stopped/waiting/standby/leader state machine ([`Readiness`]).
+//! * [`serve`]: `/healthz`, `/readyz`, `/metrics` and controller routes ([`serve::AdminServer`]).
+//! * [`telemetry`]: logging on stderr and signal handling; [`events`]: Kubernetes Events.
 
-pub mod coalescer;
-pub mod error;
-pub mod queue;
-
-pub use error::ConfigError;
-pub use queue::{RateLimiter, RateLimiterConfig, WorkQueue, WorkQueueMetrics};
 pub mod caches;
+pub mod coalescer;
+pub mod controller;
+pub mod error;
 pub mod events;
+pub mod leader;
+pub mod manager;
 pub mod metrics;
+pub mod queue;
 pub mod readiness;
 pub mod serve;
 pub mod telemetry;
+
+pub use caches::{CachedStore, Caches, ObjectEvent, StoreOptions};
+pub use coalescer::{Coalescer, CoalescerConfig};
+pub use controller::{Action, Controller, Enqueue, ReconcileError};
+pub use error::ConfigError;
+pub use events::EventSink;
+pub use leader::{LeaderElectionConfig, LeaderElector, LeaseLock};
+pub use manager::{Manager, ManagerConfig, ManagerError};
+pub use metrics::MetricsRegistry;
+pub use queue::{RateLimiter, RateLimiterConfig, WorkQueue, WorkQueueMetrics};
+pub use readiness::{Readiness, ReplicaRole};

@@ -1,0 +1,482 @@
+//! A queue-driven controller that exists only while its replica leads.
+//!
+//! On promotion it creates its queue (and coalescer), attaches its handlers to the warm
+//! caches (which replays every cached object, so work observed while standby is done)
+//! and starts its workers. On demotion it detaches the handlers in reverse order,
+//! shuts the queue down and waits for the workers. The caches are not touched.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::caches::{CachedObject, CachedStore, ObjectEvent};
+use crate::coalescer::{Coalescer, CoalescerConfig, CoalescerShutDown};
+use crate::error::ConfigError;
+use crate::queue::{QueueKey, RateLimiterConfig, WorkQueue, WorkQueueMetrics};
+
+/// What a successful reconcile asks for next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing until the next change.
+    AwaitChange,
+    /// Reconcile again after this delay.
+    RequeueAfter(Duration),
+}
+
+/// A reconcile failure; the key is retried rate-limited.
+pub type ReconcileError = Box<dyn std::error::Error + Send + Sync>;
+
+type ReconcileFn<K> = Arc<
+    dyn Fn(K, CancellationToken) -> BoxFuture<'static, Result<Action, ReconcileError>>
+        + Send
+        + Sync,
+>;
+type Attach<K> = Box<dyn Fn(&Enqueue<K>) -> Box<dyn FnOnce() + Send> + Send + Sync>;
+
+/// Adds keys to a controller's queue, through its coalescer if it has one.
+pub struct Enqueue<K: QueueKey> {
+    queue: WorkQueue<K>,
+    coalescer: Option<Coalescer<K>>,
+}
+
+impl<K: QueueKey> Clone for Enqueue<K> {
+    fn clone(&self) -> Self {
+        Self {
+            queue: self.queue.clone(),
+            coalescer: self.coalescer.clone(),
+        }
+    }
+}
+
+impl<K: QueueKey> Enqueue<K> {
+    /// Queues `key` (coalesced when the controller has a coalescer).
+    pub fn add(&self, key: K) {
+        match &self.coalescer {
+            Some(coalescer) => {
+                // After shutdown the change is dropped on purpose: a demoted replica does no work.
+                let _: Result<(), CoalescerShutDown> = coalescer.dirty(key);
+            }
+            None => self.queue.add(key),
+        }
+    }
+
+    /// Queues `key` after `delay`, bypassing the coalescer.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        self.queue.add_after(key, delay);
+    }
+
+    /// The queue itself.
+    pub fn queue(&self) -> &WorkQueue<K> {
+        &self.queue
+    }
+}
+
+/// A controller: a queue of `K`, handlers that fill it from caches, and a reconcile function.
+pub struct Controller<K: QueueKey> {
+    name: String,
+    workers: usize,
+    rate_limiter: RateLimiterConfig,
+    coalescer: Option<CoalescerConfig>,
+    attachers: Vec<Attach<K>>,
+    reconcile: ReconcileFn<K>,
+}
+
+impl<K: QueueKey> Controller<K> {
+    /// A controller whose queue is called `name`, reconciling each key with `reconcile`.
+    ///
+    /// `reconcile` receives a token that is cancelled when leadership ends; long work
+    /// should stop when it fires.
+    pub fn new<R, F>(name: impl Into<String>, reconcile: R) -> Self
+    where
+        R: Fn(K, CancellationToken) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+    {
+        Self {
+            name: name.into(),
+            workers: 1,
+            rate_limiter: RateLimiterConfig::default(),
+            coalescer: None,
+            attachers: Vec::new(),
+            reconcile: Arc::new(move |key, cancel| reconcile(key, cancel).boxed()),
+        }
+    }
+
+    /// Worker count (default 1).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Retry limiter settings (default: client-go's controller limiter).
+    pub fn rate_limiter(mut self, config: RateLimiterConfig) -> Self {
+        self.rate_limiter = config;
+        self
+    }
+
+    /// Puts a status coalescer in front of the queue.
+    pub fn coalesce(mut self, config: CoalescerConfig) -> Self {
+        self.coalescer = Some(config);
+        self
+    }
+
+    /// Routes changes of `store` to keys with `route` while leading.
+    pub fn watches<S: CachedObject>(
+        mut self,
+        store: &CachedStore<S>,
+        route: impl Fn(&ObjectEvent<S>, &Enqueue<K>) + Send + Sync + 'static,
+    ) -> Self {
+        let store = store.clone();
+        let route = Arc::new(route);
+        self.attachers.push(Box::new(move |enqueue: &Enqueue<K>| {
+            let enqueue = enqueue.clone();
+            let route = Arc::clone(&route);
+            let id = store.attach(Arc::new(move |event: &ObjectEvent<S>| {
+                route(event, &enqueue)
+            }));
+            let store = store.clone();
+            Box::new(move || store.detach(id))
+        }));
+        self
+    }
+
+    /// The queue name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Checks worker count, limiter and coalescer settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.workers == 0 {
+            return Err(ConfigError::invalid(
+                format!("{} workers", self.name),
+                "must be at least 1",
+            ));
+        }
+        self.rate_limiter.validate()?;
+        if let Some(coalescer) = &self.coalescer {
+            coalescer.validate()?;
+        }
+        Ok(())
+    }
+}
+
+/// Work that runs only while this replica leads; the manager starts and stops it.
+pub trait LeaderWork: Send + Sync {
+    /// Name for logs.
+    fn name(&self) -> &str;
+    /// Attaches and starts; `cancel` fires when leadership ends.
+    fn start(
+        &self,
+        cancel: CancellationToken,
+        metrics: &WorkQueueMetrics,
+    ) -> Result<RunningWork, ConfigError>;
+}
+
+/// Started leader work; `stop` detaches, shuts down and drains it.
+pub struct RunningWork {
+    name: String,
+    detach: Vec<Box<dyn FnOnce() + Send>>,
+    shutdown: Box<dyn FnOnce() + Send>,
+    workers: JoinSet<()>,
+}
+
+impl RunningWork {
+    /// Detaches the handlers in reverse order of attachment (no new work arrives).
+    pub fn detach_handlers(&mut self) {
+        while let Some(detach) = self.detach.pop() {
+            detach();
+        }
+    }
+
+    /// Shuts the queue down and waits for the workers, at most `timeout`; workers still
+    /// running then are aborted. Returns false if any had to be aborted.
+    pub async fn drain(mut self, timeout: Duration) -> bool {
+        self.detach_handlers();
+        (self.shutdown)();
+        let drained = tokio::time::timeout(timeout, async {
+            while let Some(result) = self.workers.join_next().await {
+                if let Err(error) = result {
+                    tracing::error!(controller = %self.name, %error, "worker panicked");
+                }
+            }
+        })
+        .await
+        .is_ok();
+        if !drained {
+            tracing::warn!(controller = %self.name, ?timeout, "workers did not drain in time; aborting them");
+            self.workers.shutdown().await;
+        }
+        drained
+    }
+}
+
+impl<K: QueueKey> LeaderWork for Controller<K> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn start(
+        &self,
+        cancel: CancellationToken,
+        metrics: &WorkQueueMetrics,
+    ) -> Result<RunningWork, ConfigError> {
+        self.validate()?;
+        let queue: WorkQueue<K> = WorkQueue::builder(self.name.clone())
+            .rate_limiter(self.rate_limiter.build())
+            .metrics(metrics)
+            .build();
+        let coalescer = match &self.coalescer {
+            Some(config) => Some(Coalescer::new(queue.clone(), config)?),
+            None => None,
+        };
+        let enqueue = Enqueue {
+            queue: queue.clone(),
+            coalescer: coalescer.clone(),
+        };
+        let detach = self
+            .attachers
+            .iter()
+            .map(|attach| attach(&enqueue))
+            .collect();
+        let mut workers = JoinSet::new();
+        for _ in 0..self.workers {
+            workers.spawn(run_worker(
+                self.name.clone(),
+                queue.clone(),
+                coalescer.clone(),
+                Arc::clone(&self.reconcile),
+                cancel.clone(),
+            ));
+        }
+        let shutdown = Box::new(move || {
+            if let Some(coalescer) = &coalescer {
+                coalescer.shutdown();
+            }
+            queue.shut_down();
+        });
+        Ok(RunningWork {
+            name: self.name.clone(),
+            detach,
+            shutdown,
+            workers,
+        })
+    }
+}
+
+/// The generic worker loop (upstream 3.3): get, reconcile, forget on success, retry
+/// rate-limited on failure unless leadership or the queue is ending.
+async fn run_worker<K: QueueKey>(
+    name: String,
+    queue: WorkQueue<K>,
+    coalescer: Option<Coalescer<K>>,
+    reconcile: ReconcileFn<K>,
+    cancel: CancellationToken,
+) {
+    while let Some(key) = queue.get().await {
+        if cancel.is_cancelled() {
+            queue.forget(&key);
+            queue.done(&key);
+            break;
+        }
+        if let Some(coalescer) = &coalescer {
+            coalescer.start(&key);
+        }
+        let result = reconcile(key.clone(), cancel.clone()).await;
+        match result {
+            Ok(action) => {
+                if let Some(coalescer) = &coalescer {
+                    coalescer.finish(&key, true);
+                }
+                queue.forget(&key);
+                if let Action::RequeueAfter(delay) = action {
+                    queue.add_after(key.clone(), delay);
+                }
+            }
+            Err(error) => {
+                if let Some(coalescer) = &coalescer {
+                    coalescer.finish(&key, false);
+                }
+                if !cancel.is_cancelled() && !queue.is_shutting_down() {
+                    queue.add_rate_limited(key.clone());
+                }
+                tracing::error!(controller = %name, ?key, %error, "Controller reconciliation failed");
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caches::{DetachedStore, StoreOptions};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use kube::runtime::watcher::Event;
+    use parking_lot::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn config_map(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some("ns".to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn name_of(event: &ObjectEvent<ConfigMap>) -> String {
+        event.object().metadata.name.clone().unwrap_or_default()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn promotion_replays_the_cache_and_demotion_detaches_and_drains() {
+        let mut store = DetachedStore::new("configmaps", StoreOptions::default());
+        store.apply(Event::Apply(config_map("before-promotion")));
+        let reconciled = Arc::new(Mutex::new(Vec::new()));
+        let controller = {
+            let reconciled = Arc::clone(&reconciled);
+            Controller::new("configmaps", move |key: String, _cancel| {
+                let reconciled = Arc::clone(&reconciled);
+                async move {
+                    reconciled.lock().push(key);
+                    Ok(Action::AwaitChange)
+                }
+            })
+            .workers(2)
+            .watches(&store.reader(), |event, enqueue| {
+                enqueue.add(name_of(event))
+            })
+        };
+        let cancel = CancellationToken::new();
+        let running = controller
+            .start(cancel.clone(), &WorkQueueMetrics::default())
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(*reconciled.lock(), vec!["before-promotion".to_string()]);
+
+        store.apply(Event::Apply(config_map("while-leading")));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(reconciled.lock().len(), 2);
+
+        cancel.cancel();
+        assert!(running.drain(Duration::from_secs(5)).await);
+        assert_eq!(store.reader().attached_handlers(), 0);
+        store.apply(Event::Apply(config_map("after-demotion")));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            reconciled.lock().len(),
+            2,
+            "a demoted controller does no work"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_key_is_retried_with_backoff_and_forgotten_on_success() {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let controller = {
+            let attempts = Arc::clone(&attempts);
+            Controller::new("flaky", move |_key: String, _cancel| {
+                let attempt = attempts.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if attempt < 3 {
+                        Err::<Action, ReconcileError>("apiserver said 500".into())
+                    } else {
+                        Ok(Action::AwaitChange)
+                    }
+                }
+            })
+        };
+        let store: DetachedStore<ConfigMap> = DetachedStore::new("cms", StoreOptions::default());
+        let controller = controller.watches(&store.reader(), |event, enqueue| {
+            enqueue.add(name_of(event))
+        });
+        let mut store = store;
+        let cancel = CancellationToken::new();
+        let running = controller
+            .start(cancel.clone(), &WorkQueueMetrics::default())
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        store.apply(Event::Apply(config_map("k")));
+        while attempts.load(Ordering::SeqCst) < 4 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // 5 + 10 + 20 ms of backoff between the four attempts.
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(35) && elapsed < Duration::from_millis(40),
+            "{elapsed:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2000)).await;
+        assert_eq!(attempts.load(Ordering::SeqCst), 4, "no retry after success");
+        cancel.cancel();
+        running.drain(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_coalesced_controller_reconciles_a_burst_once() {
+        let mut store = DetachedStore::new("cms", StoreOptions::default());
+        let count = Arc::new(AtomicUsize::new(0));
+        let controller = {
+            let count = Arc::clone(&count);
+            Controller::new("status", move |_key: String, _cancel| {
+                count.fetch_add(1, Ordering::SeqCst);
+                async { Ok(Action::AwaitChange) }
+            })
+            .coalesce(CoalescerConfig::default())
+            .watches(&store.reader(), |_event, enqueue| {
+                enqueue.add("inventory".to_string())
+            })
+        };
+        let cancel = CancellationToken::new();
+        let running = controller
+            .start(cancel.clone(), &WorkQueueMetrics::default())
+            .unwrap();
+        for i in 0..1000 {
+            store.apply(Event::Apply(config_map(&format!("cm-{i}"))));
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        cancel.cancel();
+        running.drain(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drain_aborts_workers_that_overrun_the_timeout() {
+        let mut store = DetachedStore::new("cms", StoreOptions::default());
+        let controller = Controller::new("stuck", |_key: String, _cancel| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Action::AwaitChange)
+        })
+        .watches(&store.reader(), |event, enqueue| {
+            enqueue.add(name_of(event))
+        });
+        let running = controller
+            .start(CancellationToken::new(), &WorkQueueMetrics::default())
+            .unwrap();
+        store.apply(Event::Apply(config_map("k")));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let start = tokio::time::Instant::now();
+        assert!(!running.drain(Duration::from_secs(2)).await);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn zero_workers_is_a_configuration_error() {
+        let controller = Controller::new("q", |_key: String, _cancel| async {
+            Ok(Action::AwaitChange)
+        })
+        .workers(0);
+        assert_eq!(
+            controller.validate().unwrap_err().to_string(),
+            "invalid q workers: must be at least 1"
+        );
+    }
+}
