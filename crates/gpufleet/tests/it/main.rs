@@ -1,0 +1,4 @@
+//! The gpufleet binary driven from outside, as users and CI drive it.
+
+mod sim_serve;
+mod support;
