@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod identity;
 pub mod inventory;
 pub mod limits;
+pub mod policy;
 pub mod profile;
 pub mod render;
 pub mod selector;
