@@ -1,0 +1,1 @@
+//! Integration tests for gpuid; modules are added per concern.
