@@ -213,9 +213,10 @@ pub enum AllocationError {
     GroupIdentityMissing(GroupKey),
     #[error("rack group {} has a negative rack count or no Nodes per rack", go_quote(&.0.group))]
     InvalidGroupShape(GroupKey),
-    #[error("rack group {} selector: {source}", go_quote(&.group.group))]
+    #[error("rack group {} selector: {source}", go_quote(.group))]
     InvalidSelector {
-        group: GroupKey,
+        /// The rack group ID.
+        group: String,
         #[source]
         source: SelectorError,
     },
@@ -285,7 +286,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         }
         let selector = PlacementSelector::compile(group.selector.as_ref()).map_err(|source| {
             AllocationError::InvalidSelector {
-                group: key.clone(),
+                group: key.group.clone(),
                 source,
             }
         })?;

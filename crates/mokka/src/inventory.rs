@@ -51,7 +51,10 @@ pub fn validate_inventory(inventory: &SGPUInventory) -> Result<(), InventoryErro
     let mut seen = std::collections::HashSet::with_capacity(groups.len());
     for group in groups {
         if let Some(reason) = dns1123_label_error(&group.id) {
-            return Err(InventoryError::InvalidGroupId { id: group.id.clone(), reason });
+            return Err(InventoryError::InvalidGroupId {
+                id: group.id.clone(),
+                reason,
+            });
         }
         if !seen.insert(group.id.as_str()) {
             return Err(InventoryError::DuplicateGroupId(group.id.clone()));
@@ -62,9 +65,14 @@ pub fn validate_inventory(inventory: &SGPUInventory) -> Result<(), InventoryErro
         if group.profile_ref.name.is_empty() {
             return Err(InventoryError::ProfileNameEmpty(group.id.clone()));
         }
-        let selector = group.placement.as_ref().and_then(|placement| placement.node_selector.as_ref());
-        PlacementSelector::compile(selector)
-            .map_err(|source| InventoryError::InvalidSelector { group: group.id.clone(), source })?;
+        let selector = group
+            .placement
+            .as_ref()
+            .and_then(|placement| placement.node_selector.as_ref());
+        PlacementSelector::compile(selector).map_err(|source| InventoryError::InvalidSelector {
+            group: group.id.clone(),
+            source,
+        })?;
     }
     Ok(())
 }
@@ -117,11 +125,23 @@ mod tests {
     use crate::api::{Placement, ProfileNameRef, RackGroup, SGPUInventorySpec};
 
     fn rack_group(id: &str, count: i32) -> RackGroup {
-        RackGroup { id: id.into(), count, profile_ref: ProfileNameRef { name: "gb300".into() }, placement: None }
+        RackGroup {
+            id: id.into(),
+            count,
+            profile_ref: ProfileNameRef {
+                name: "gb300".into(),
+            },
+            placement: None,
+        }
     }
 
     fn inventory(groups: Vec<RackGroup>) -> SGPUInventory {
-        let mut inventory = SGPUInventory::new("inv", SGPUInventorySpec { rack_groups: groups });
+        let mut inventory = SGPUInventory::new(
+            "inv",
+            SGPUInventorySpec {
+                rack_groups: groups,
+            },
+        );
         inventory.metadata.uid = Some("inv-uid".into());
         inventory
     }
@@ -132,14 +152,21 @@ mod tests {
 
     #[test]
     fn a_valid_inventory_passes_including_boundary_counts() {
-        validate_inventory(&inventory(vec![rack_group("training", 1), rack_group("inference", 100_000)])).unwrap();
+        validate_inventory(&inventory(vec![
+            rack_group("training", 1),
+            rack_group("inference", 100_000),
+        ]))
+        .unwrap();
     }
 
     #[test]
     fn validation_reports_upstream_messages() {
         let mut anonymous = inventory(vec![rack_group("a", 1)]);
         anonymous.metadata.uid = None;
-        assert_eq!(message(&anonymous), "inventory identity must include name and UID");
+        assert_eq!(
+            message(&anonymous),
+            "inventory identity must include name and UID"
+        );
         let many = inventory((0..65).map(|i| rack_group(&format!("g{i}"), 1)).collect());
         assert_eq!(message(&many), "rackGroups must contain at most 64 entries");
         assert_eq!(
@@ -148,17 +175,35 @@ mod tests {
              characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', \
              regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
         );
-        assert_eq!(message(&inventory(vec![rack_group("a.b", 1)])), "rack group ID \"a.b\" is invalid: must not contain dots");
+        assert_eq!(
+            message(&inventory(vec![rack_group("a.b", 1)])),
+            "rack group ID \"a.b\" is invalid: must not contain dots"
+        );
         assert_eq!(
             message(&inventory(vec![rack_group(&"a".repeat(64), 1)])),
-            format!("rack group ID \"{}\" is invalid: must be no more than 63 characters", "a".repeat(64))
+            format!(
+                "rack group ID \"{}\" is invalid: must be no more than 63 characters",
+                "a".repeat(64)
+            )
         );
-        assert_eq!(message(&inventory(vec![rack_group("a", 1), rack_group("a", 2)])), "rack group ID \"a\" is duplicated");
-        assert_eq!(message(&inventory(vec![rack_group("a", 0)])), "rack group \"a\" count is outside [1,100000]");
-        assert_eq!(message(&inventory(vec![rack_group("a", 100_001)])), "rack group \"a\" count is outside [1,100000]");
+        assert_eq!(
+            message(&inventory(vec![rack_group("a", 1), rack_group("a", 2)])),
+            "rack group ID \"a\" is duplicated"
+        );
+        assert_eq!(
+            message(&inventory(vec![rack_group("a", 0)])),
+            "rack group \"a\" count is outside [1,100000]"
+        );
+        assert_eq!(
+            message(&inventory(vec![rack_group("a", 100_001)])),
+            "rack group \"a\" count is outside [1,100000]"
+        );
         let mut nameless = rack_group("a", 1);
         nameless.profile_ref.name.clear();
-        assert_eq!(message(&inventory(vec![nameless])), "rack group \"a\" profileRef.name must not be empty");
+        assert_eq!(
+            message(&inventory(vec![nameless])),
+            "rack group \"a\" profileRef.name must not be empty"
+        );
     }
 
     #[test]
@@ -166,7 +211,10 @@ mod tests {
         let mut by_label = rack_group("compute", 1);
         by_label.placement = Some(Placement {
             node_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([("mokka.nvidia.com/sgpu-assigned".to_string(), "true".to_string())])),
+                match_labels: Some(BTreeMap::from([(
+                    "mokka.nvidia.com/sgpu-assigned".to_string(),
+                    "true".to_string(),
+                )])),
                 ..Default::default()
             }),
         });

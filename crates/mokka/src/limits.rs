@@ -88,7 +88,11 @@ pub fn group_capacity(group: &GroupShape) -> Result<Capacity, CapacityError> {
     let gpus = nodes
         .checked_mul(group.gpus_per_node)
         .ok_or_else(|| CapacityError::GroupGpuOverflow(group.id.clone()))?;
-    let capacity = Capacity { racks: group.racks, nodes, gpus };
+    let capacity = Capacity {
+        racks: group.racks,
+        nodes,
+        gpus,
+    };
     check_limits(capacity)?;
     Ok(capacity)
 }
@@ -120,9 +124,18 @@ fn check_limits(capacity: Capacity) -> Result<(), CapacityError> {
 
 fn add(a: Capacity, b: Capacity) -> Result<Capacity, CapacityError> {
     Ok(Capacity {
-        racks: a.racks.checked_add(b.racks).ok_or(CapacityError::AggregateRackOverflow)?,
-        nodes: a.nodes.checked_add(b.nodes).ok_or(CapacityError::AggregateNodeOverflow)?,
-        gpus: a.gpus.checked_add(b.gpus).ok_or(CapacityError::AggregateGpuOverflow)?,
+        racks: a
+            .racks
+            .checked_add(b.racks)
+            .ok_or(CapacityError::AggregateRackOverflow)?,
+        nodes: a
+            .nodes
+            .checked_add(b.nodes)
+            .ok_or(CapacityError::AggregateNodeOverflow)?,
+        gpus: a
+            .gpus
+            .checked_add(b.gpus)
+            .ok_or(CapacityError::AggregateGpuOverflow)?,
     })
 }
 
@@ -166,7 +179,10 @@ pub struct Admission {
 impl Admission {
     /// The outcome for the exact inventory `name`/`uid`.
     pub fn outcome(&self, name: &str, uid: &str) -> Option<&AdmissionOutcome> {
-        self.decisions.iter().find(|(n, u, _)| n == name && u == uid).map(|(_, _, outcome)| outcome)
+        self.decisions
+            .iter()
+            .find(|(n, u, _)| n == name && u == uid)
+            .map(|(_, _, outcome)| outcome)
     }
 }
 
@@ -191,10 +207,14 @@ pub fn admit(candidates: &[AdmissionCandidate]) -> Admission {
 
     let mut groups_used = 0usize;
     let mut admitted = Capacity::default();
-    let mut live = candidates.iter().fold(Capacity::default(), |sum, c| saturating_add(sum, c.held));
+    let mut live = candidates
+        .iter()
+        .fold(Capacity::default(), |sum, c| saturating_add(sum, c.held));
     let mut decisions = Vec::with_capacity(ordered.len());
     for candidate in ordered {
-        let reject = || AdmissionOutcome::Rejected { message: aggregate_rejection_message(&candidate.name) };
+        let reject = || AdmissionOutcome::Rejected {
+            message: aggregate_rejection_message(&candidate.name),
+        };
         let outcome = if groups_used + candidate.declared_groups > MAX_RACK_GROUPS {
             reject()
         } else {
@@ -245,20 +265,37 @@ mod tests {
     use crate::api::{ProfileNameRef, RackGroup, SGPUInventorySpec};
 
     fn shape(id: &str, racks: i64, nodes_per_rack: i64, gpus_per_node: i64) -> GroupShape {
-        GroupShape { id: id.into(), racks, nodes_per_rack, gpus_per_node }
+        GroupShape {
+            id: id.into(),
+            racks,
+            nodes_per_rack,
+            gpus_per_node,
+        }
     }
 
     fn time(seconds: i64) -> Option<Time> {
-        Some(Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap()))
+        Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap(),
+        ))
     }
 
-    fn candidate(name: &str, created: i64, groups: usize, racks: i64, nodes: i64) -> AdmissionCandidate {
+    fn candidate(
+        name: &str,
+        created: i64,
+        groups: usize,
+        racks: i64,
+        nodes: i64,
+    ) -> AdmissionCandidate {
         AdmissionCandidate {
             name: name.into(),
             uid: format!("{name}-uid"),
             created: time(created),
             declared_groups: groups,
-            target: Some(Capacity { racks, nodes, gpus: nodes * 4 }),
+            target: Some(Capacity {
+                racks,
+                nodes,
+                gpus: nodes * 4,
+            }),
             held: Capacity::default(),
         }
     }
@@ -266,24 +303,55 @@ mod tests {
     #[test]
     fn boundary_values_of_100000_are_accepted() {
         let capacity = inventory_capacity(&[shape("a", 100_000, 1, 64)]).unwrap();
-        assert_eq!(capacity, Capacity { racks: 100_000, nodes: 100_000, gpus: 6_400_000 });
-        assert_eq!(inventory_capacity(&[shape("a", 5555, 18, 4)]).unwrap().nodes, 99_990);
-        assert_eq!(inventory_capacity(&[shape("a", 50_000, 1, 1), shape("b", 25_000, 2, 1)]).unwrap().nodes, 100_000);
+        assert_eq!(
+            capacity,
+            Capacity {
+                racks: 100_000,
+                nodes: 100_000,
+                gpus: 6_400_000
+            }
+        );
+        assert_eq!(
+            inventory_capacity(&[shape("a", 5555, 18, 4)])
+                .unwrap()
+                .nodes,
+            99_990
+        );
+        assert_eq!(
+            inventory_capacity(&[shape("a", 50_000, 1, 1), shape("b", 25_000, 2, 1)])
+                .unwrap()
+                .nodes,
+            100_000
+        );
     }
 
     #[test]
     fn over_limit_capacity_is_rejected_with_upstream_messages() {
         let message = |groups: &[GroupShape]| inventory_capacity(groups).unwrap_err().to_string();
-        assert_eq!(message(&[shape("a", 5557, 18, 4)]), "desired Nodes 100026 exceed supported maximum 100000");
+        assert_eq!(
+            message(&[shape("a", 5557, 18, 4)]),
+            "desired Nodes 100026 exceed supported maximum 100000"
+        );
         assert_eq!(
             message(&[shape("a", 60_000, 1, 1), shape("b", 40_001, 1, 1)]),
             "desired Nodes 100001 exceed supported maximum 100000"
         );
-        assert_eq!(message(&[shape("a", 100_001, 0, 1)]), "desired racks 100001 exceed supported maximum 100000");
-        assert_eq!(message(&[shape("big", i64::MAX, 2, 1)]), "rack group \"big\" Node capacity overflows int64");
-        assert_eq!(message(&[shape("big", 1, i64::MAX / 2, 4)]), "rack group \"big\" GPU capacity overflows int64");
         assert_eq!(
-            inventory_capacity(&[shape("a", 1, 1, i64::from(i32::MAX)), shape("b", 1, 1, 1)]).unwrap_err().to_string(),
+            message(&[shape("a", 100_001, 0, 1)]),
+            "desired racks 100001 exceed supported maximum 100000"
+        );
+        assert_eq!(
+            message(&[shape("big", i64::MAX, 2, 1)]),
+            "rack group \"big\" Node capacity overflows int64"
+        );
+        assert_eq!(
+            message(&[shape("big", 1, i64::MAX / 2, 4)]),
+            "rack group \"big\" GPU capacity overflows int64"
+        );
+        assert_eq!(
+            inventory_capacity(&[shape("a", 1, 1, i64::from(i32::MAX)), shape("b", 1, 1, 1)])
+                .unwrap_err()
+                .to_string(),
             "declared capacity exceeds int32 status bounds"
         );
     }
@@ -293,12 +361,24 @@ mod tests {
         let group = |id: &str, count| RackGroup {
             id: id.into(),
             count,
-            profile_ref: ProfileNameRef { name: "missing".into() },
+            profile_ref: ProfileNameRef {
+                name: "missing".into(),
+            },
             placement: None,
         };
-        let inventory = SGPUInventory::new("inv", SGPUInventorySpec { rack_groups: vec![group("a", 60_000), group("b", 40_000)] });
+        let inventory = SGPUInventory::new(
+            "inv",
+            SGPUInventorySpec {
+                rack_groups: vec![group("a", 60_000), group("b", 40_000)],
+            },
+        );
         assert_eq!(check_declared_racks(&inventory), Ok(100_000));
-        let over = SGPUInventory::new("inv", SGPUInventorySpec { rack_groups: vec![group("a", 60_000), group("b", 40_001)] });
+        let over = SGPUInventory::new(
+            "inv",
+            SGPUInventorySpec {
+                rack_groups: vec![group("a", 60_000), group("b", 40_001)],
+            },
+        );
         assert_eq!(
             check_declared_racks(&over).unwrap_err().to_string(),
             "desired racks 100001 exceed supported maximum 100000"
@@ -313,9 +393,16 @@ mod tests {
             candidate("middle", 2, 1, 1000, 50_001),
             candidate("small", 4, 1, 10, 50_000),
         ]);
-        let order: Vec<&str> = admission.decisions.iter().map(|(name, _, _)| name.as_str()).collect();
+        let order: Vec<&str> = admission
+            .decisions
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .collect();
         assert_eq!(order, ["oldest", "middle", "younger", "small"]);
-        assert_eq!(admission.outcome("oldest", "oldest-uid"), Some(&AdmissionOutcome::Ready));
+        assert_eq!(
+            admission.outcome("oldest", "oldest-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
         assert_eq!(
             admission.outcome("middle", "middle-uid"),
             Some(&AdmissionOutcome::Rejected {
@@ -324,33 +411,69 @@ mod tests {
                     .into()
             })
         );
-        assert!(matches!(admission.outcome("younger", "younger-uid"), Some(AdmissionOutcome::Rejected { .. })));
+        assert!(matches!(
+            admission.outcome("younger", "younger-uid"),
+            Some(AdmissionOutcome::Rejected { .. })
+        ));
         // A later, smaller inventory still fits what is left.
-        assert_eq!(admission.outcome("small", "small-uid"), Some(&AdmissionOutcome::Ready));
+        assert_eq!(
+            admission.outcome("small", "small-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
     }
 
     #[test]
     fn the_rack_group_budget_counts_unmaterializable_inventories_too() {
         let mut broken = candidate("broken", 1, 60, 0, 0);
         broken.target = None;
-        let admission = admit(&[broken, candidate("late", 2, 5, 1, 1), candidate("fits", 3, 4, 1, 1)]);
-        assert_eq!(admission.outcome("broken", "broken-uid"), Some(&AdmissionOutcome::NotMaterializable));
-        assert!(matches!(admission.outcome("late", "late-uid"), Some(AdmissionOutcome::Rejected { .. })));
-        assert_eq!(admission.outcome("fits", "fits-uid"), Some(&AdmissionOutcome::Ready));
+        let admission = admit(&[
+            broken,
+            candidate("late", 2, 5, 1, 1),
+            candidate("fits", 3, 4, 1, 1),
+        ]);
+        assert_eq!(
+            admission.outcome("broken", "broken-uid"),
+            Some(&AdmissionOutcome::NotMaterializable)
+        );
+        assert!(matches!(
+            admission.outcome("late", "late-uid"),
+            Some(AdmissionOutcome::Rejected { .. })
+        ));
+        assert_eq!(
+            admission.outcome("fits", "fits-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
     }
 
     #[test]
     fn growth_waits_until_held_capacity_is_released() {
         // "old" is being rejected but still holds 60,000 Nodes of racks.
         let mut old = candidate("rejected-old", 5, 1, 100, 100_000);
-        old.target = Some(Capacity { racks: 100, nodes: 100_000, gpus: 0 });
-        old.held = Capacity { racks: 100, nodes: 60_000, gpus: 0 };
+        old.target = Some(Capacity {
+            racks: 100,
+            nodes: 100_000,
+            gpus: 0,
+        });
+        old.held = Capacity {
+            racks: 100,
+            nodes: 60_000,
+            gpus: 0,
+        };
         let admission = admit(&[candidate("first", 1, 1, 10, 50_000), old.clone()]);
-        assert_eq!(admission.outcome("first", "first-uid"), Some(&AdmissionOutcome::Pending));
-        assert!(matches!(admission.outcome("rejected-old", "rejected-old-uid"), Some(AdmissionOutcome::Rejected { .. })));
+        assert_eq!(
+            admission.outcome("first", "first-uid"),
+            Some(&AdmissionOutcome::Pending)
+        );
+        assert!(matches!(
+            admission.outcome("rejected-old", "rejected-old-uid"),
+            Some(AdmissionOutcome::Rejected { .. })
+        ));
         // Once the informer sees the racks gone, the growth fits.
         old.held = Capacity::default();
         let admission = admit(&[candidate("first", 1, 1, 10, 50_000), old]);
-        assert_eq!(admission.outcome("first", "first-uid"), Some(&AdmissionOutcome::Ready));
+        assert_eq!(
+            admission.outcome("first", "first-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
     }
 }

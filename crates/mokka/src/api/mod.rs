@@ -1,9 +1,15 @@
 //! The `mokka.nvidia.com/v1alpha1` API: custom resource types, their schemas
 //! and the generated CustomResourceDefinitions.
 
+// `printcolumn(..)` repeats `type_ = ".."` by design; clippy reads the
+// repeated key as a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 mod inventory;
+#[allow(clippy::duplicated_attributes)]
 mod policy;
+#[allow(clippy::duplicated_attributes)]
 mod profile;
+#[allow(clippy::duplicated_attributes)]
 mod rack;
 mod runtime;
 

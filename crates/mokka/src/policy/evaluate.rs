@@ -7,7 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::merge::field_paths;
 use super::target::{GroupBounds, GroupSelection, Scope, resolve_target, summaries};
-use crate::api::{RuntimeState, SGPUInventory, SGPURackProfile, SGPURuntimePolicy, SGPURuntimePolicyStatus};
+use crate::api::{
+    RuntimeState, SGPUInventory, SGPURackProfile, SGPURuntimePolicy, SGPURuntimePolicyStatus,
+};
 use crate::text::go_quote;
 
 /// The `Accepted` condition reason of a policy.
@@ -118,7 +120,9 @@ impl Evaluation {
     /// Evaluates every policy of one inventory. Pure: the result does not
     /// depend on the order of `input.policies`.
     pub fn new(input: EvaluationInput<'_>) -> Evaluation {
-        let bounds = input.inventory.map(|inventory| group_bounds(inventory, input.profiles));
+        let bounds = input
+            .inventory
+            .map(|inventory| group_bounds(inventory, input.profiles));
 
         let mut candidates: Vec<Candidate<'_>> = input
             .policies
@@ -134,7 +138,10 @@ impl Evaluation {
                     (_, Err(error)) => Err((Outcome::InvalidTarget, error.to_string())),
                     (None, _) => Err((
                         Outcome::TargetNotFound,
-                        format!("SGPUInventory {} does not exist.", go_quote(input.inventory_name)),
+                        format!(
+                            "SGPUInventory {} does not exist.",
+                            go_quote(input.inventory_name)
+                        ),
                     )),
                     (Some(bounds), Ok(_)) => resolve_target(input.inventory_name, target, bounds)
                         .map_err(|message| (Outcome::InvalidTarget, message)),
@@ -153,7 +160,8 @@ impl Evaluation {
 
         // Oldest first; UID (then name, for inputs without UIDs) breaks ties,
         // so the settlement is independent of list order.
-        candidates.sort_by(|a, b| (&a.created, &a.uid, &a.name).cmp(&(&b.created, &b.uid, &b.name)));
+        candidates
+            .sort_by(|a, b| (&a.created, &a.uid, &a.name).cmp(&(&b.created, &b.uid, &b.name)));
 
         let mut decisions = Vec::with_capacity(candidates.len());
         // Accepted candidates so far, by scope: (candidate index).
@@ -163,18 +171,24 @@ impl Evaluation {
             let (outcome, message) = match &candidate.resolved {
                 Err((outcome, message)) => (*outcome, message.clone()),
                 Ok(selection) => {
-                    let winner = accepted_by_scope.get(&candidate.scope).into_iter().flatten().find_map(|&other| {
-                        let other = &candidates[other];
-                        let shared = shared_fields(&candidate.fields, &other.fields);
-                        if shared.is_empty() {
-                            return None;
-                        }
-                        let other_selection = other.resolved.as_ref().ok()?;
-                        let overlaps = selection.iter().any(|(group, mine)| {
-                            other_selection.get(group).is_some_and(|theirs| mine.overlaps(theirs))
+                    let winner = accepted_by_scope
+                        .get(&candidate.scope)
+                        .into_iter()
+                        .flatten()
+                        .find_map(|&other| {
+                            let other = &candidates[other];
+                            let shared = shared_fields(&candidate.fields, &other.fields);
+                            if shared.is_empty() {
+                                return None;
+                            }
+                            let other_selection = other.resolved.as_ref().ok()?;
+                            let overlaps = selection.iter().any(|(group, mine)| {
+                                other_selection
+                                    .get(group)
+                                    .is_some_and(|theirs| mine.overlaps(theirs))
+                            });
+                            overlaps.then(|| (other.name.clone(), shared))
                         });
-                        overlaps.then(|| (other.name.clone(), shared))
-                    });
                     match winner {
                         Some((winner, shared)) => (
                             Outcome::Conflicted,
@@ -186,9 +200,15 @@ impl Evaluation {
                             ),
                         ),
                         None => {
-                            accepted_by_scope.entry(candidate.scope).or_default().push(index);
+                            accepted_by_scope
+                                .entry(candidate.scope)
+                                .or_default()
+                                .push(index);
                             accepted_order.push(index);
-                            (Outcome::Accepted, format!("The policy applies at {} scope.", candidate.scope))
+                            (
+                                Outcome::Accepted,
+                                format!("The policy applies at {} scope.", candidate.scope),
+                            )
                         }
                     }
                 }
@@ -213,14 +233,23 @@ impl Evaluation {
         for (order, &index) in accepted_order.iter().enumerate() {
             let candidate = &candidates[index];
             // A policy without runtime sets nothing; it has no layer.
-            let (Some(runtime), Ok(selection)) = (candidate.policy.spec.runtime.as_ref(), &candidate.resolved) else {
+            let (Some(runtime), Ok(selection)) =
+                (candidate.policy.spec.runtime.as_ref(), &candidate.resolved)
+            else {
                 continue;
             };
             let policy = accepted.len();
-            accepted.push(AcceptedPolicy { name: candidate.name.clone(), runtime: runtime.clone() });
+            accepted.push(AcceptedPolicy {
+                name: candidate.name.clone(),
+                runtime: runtime.clone(),
+            });
             for (group, group_selection) in selection {
                 let layers = groups.entry(group.clone()).or_default();
-                let layer = Layer { order, selection: group_selection.clone(), policy };
+                let layer = Layer {
+                    order,
+                    selection: group_selection.clone(),
+                    policy,
+                };
                 match &group_selection.racks {
                     super::target::AxisSelection::All => layers.every_rack.push(layer),
                     super::target::AxisSelection::Only(racks) => {
@@ -231,7 +260,11 @@ impl Evaluation {
                 }
             }
         }
-        Evaluation { decisions, accepted, groups }
+        Evaluation {
+            decisions,
+            accepted,
+            groups,
+        }
     }
 
     /// One decision per policy, sorted by policy name.
@@ -246,16 +279,24 @@ impl Evaluation {
 
     /// Calls `visit` with the runtime of every accepted policy selecting the
     /// coordinate, broadest first (the order they layer in).
-    fn for_each_applied<'s>(&'s self, coordinate: GpuCoordinate<'_>, mut visit: impl FnMut(&'s AcceptedPolicy)) {
+    fn for_each_applied<'s>(
+        &'s self,
+        coordinate: GpuCoordinate<'_>,
+        mut visit: impl FnMut(&'s AcceptedPolicy),
+    ) {
         let Some(layers) = self.groups.get(coordinate.group) else {
             return;
         };
-        let listed: &[Layer] = layers.by_rack.get(&coordinate.rack).map_or(&[], Vec::as_slice);
+        let listed: &[Layer] = layers
+            .by_rack
+            .get(&coordinate.rack)
+            .map_or(&[], Vec::as_slice);
         let every: &[Layer] = &layers.every_rack;
         // Merge two lists already in layering order.
         let (mut i, mut j) = (0, 0);
         while i < every.len() || j < listed.len() {
-            let take_every = j >= listed.len() || (i < every.len() && every[i].order < listed[j].order);
+            let take_every =
+                j >= listed.len() || (i < every.len() && every[i].order < listed[j].order);
             let layer = if take_every {
                 i += 1;
                 &every[i - 1]
@@ -263,7 +304,10 @@ impl Evaluation {
                 j += 1;
                 &listed[j - 1]
             };
-            if layer.selection.contains(coordinate.rack, coordinate.node, coordinate.gpu) {
+            if layer
+                .selection
+                .contains(coordinate.rack, coordinate.node, coordinate.gpu)
+            {
                 visit(&self.accepted[layer.policy]);
             }
         }
@@ -279,23 +323,39 @@ impl Evaluation {
 
     /// The effective runtime of one GPU: `defaults` overridden by every
     /// applied policy, broadest first.
-    pub fn runtime(&self, defaults: Option<&RuntimeState>, coordinate: GpuCoordinate<'_>) -> RuntimeState {
+    pub fn runtime(
+        &self,
+        defaults: Option<&RuntimeState>,
+        coordinate: GpuCoordinate<'_>,
+    ) -> RuntimeState {
         let mut state = defaults.cloned().unwrap_or_default();
         self.for_each_applied(coordinate, |policy| state.apply_override(&policy.runtime));
         state
     }
 }
 
-fn group_bounds(inventory: &SGPUInventory, profiles: &BTreeMap<String, SGPURackProfile>) -> BTreeMap<String, GroupBounds> {
+fn group_bounds(
+    inventory: &SGPUInventory,
+    profiles: &BTreeMap<String, SGPURackProfile>,
+) -> BTreeMap<String, GroupBounds> {
     inventory
         .spec
         .rack_groups
         .iter()
         .map(|group| {
-            let nodes_and_gpus = profiles
-                .get(&group.profile_ref.name)
-                .map(|profile| (profile.spec.rack.nodes_per_rack, profile.spec.node.gpus.count));
-            (group.id.clone(), GroupBounds { racks: group.count, nodes_and_gpus })
+            let nodes_and_gpus = profiles.get(&group.profile_ref.name).map(|profile| {
+                (
+                    profile.spec.rack.nodes_per_rack,
+                    profile.spec.node.gpus.count,
+                )
+            });
+            (
+                group.id.clone(),
+                GroupBounds {
+                    racks: group.count,
+                    nodes_and_gpus,
+                },
+            )
         })
         .collect()
 }
@@ -327,13 +387,25 @@ pub fn policy_status(
     previous: Option<&SGPURuntimePolicyStatus>,
     now: &Time,
 ) -> SGPURuntimePolicyStatus {
-    let [rack_groups_summary, rack_indexes_summary, node_indexes_summary, gpu_indexes_summary] =
-        summaries(&policy.spec.target_ref);
-    let status = if decision.outcome == Outcome::Accepted { "True" } else { "False" };
+    let [
+        rack_groups_summary,
+        rack_indexes_summary,
+        node_indexes_summary,
+        gpu_indexes_summary,
+    ] = summaries(&policy.spec.target_ref);
+    let status = if decision.outcome == Outcome::Accepted {
+        "True"
+    } else {
+        "False"
+    };
     let reason = decision.outcome.as_str();
     let previous_condition = previous
         .and_then(|previous| previous.conditions.as_ref())
-        .and_then(|conditions| conditions.iter().find(|condition| condition.type_ == CONDITION_ACCEPTED));
+        .and_then(|conditions| {
+            conditions
+                .iter()
+                .find(|condition| condition.type_ == CONDITION_ACCEPTED)
+        });
     let last_transition_time = match previous_condition {
         Some(condition) if condition.status == status && condition.reason == reason => {
             condition.last_transition_time.clone()

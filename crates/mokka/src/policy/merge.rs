@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use crate::MokkaError;
 use crate::api::{
-    ClockTelemetry, PowerTelemetry, RuntimeModes, RuntimeState, RuntimeTelemetry, TemperatureTelemetry,
-    UtilizationPattern, UtilizationTelemetry,
+    ClockTelemetry, PowerTelemetry, RuntimeModes, RuntimeState, RuntimeTelemetry,
+    TemperatureTelemetry, UtilizationPattern, UtilizationTelemetry,
 };
 
 /// Field-by-field merge of a group struct.
@@ -133,7 +133,10 @@ pub fn merge_via_json<'a>(
     overrides: impl IntoIterator<Item = &'a RuntimeState>,
 ) -> Result<RuntimeState, MokkaError> {
     let encode = |state: &RuntimeState| {
-        serde_json::to_value(state).map_err(|source| MokkaError::Json { what: "runtime state", source })
+        serde_json::to_value(state).map_err(|source| MokkaError::Json {
+            what: "runtime state",
+            source,
+        })
     };
     let mut document = match base {
         Some(base) => encode(base)?,
@@ -142,14 +145,20 @@ pub fn merge_via_json<'a>(
     for patch in overrides {
         json_patch::merge(&mut document, &encode(patch)?);
     }
-    serde_json::from_value(document).map_err(|source| MokkaError::Json { what: "merged runtime state", source })
+    serde_json::from_value(document).map_err(|source| MokkaError::Json {
+        what: "merged runtime state",
+        source,
+    })
 }
 
 /// Sorted dotted paths of every leaf value `state` sets, e.g.
 /// `telemetry.temperature.gpuCelsius`. A percent range contributes its
 /// `maximum` and `minimum`; an empty group contributes nothing.
 pub fn field_paths(state: &RuntimeState) -> Result<Vec<String>, MokkaError> {
-    let value = serde_json::to_value(state).map_err(|source| MokkaError::Json { what: "runtime state", source })?;
+    let value = serde_json::to_value(state).map_err(|source| MokkaError::Json {
+        what: "runtime state",
+        source,
+    })?;
     let mut paths = Vec::new();
     collect_leaf_paths(&value, &mut String::new(), &mut paths);
     paths.sort();
@@ -184,7 +193,10 @@ mod tests {
     fn hot() -> RuntimeState {
         RuntimeState {
             telemetry: Some(RuntimeTelemetry {
-                temperature: Some(TemperatureTelemetry { gpu_celsius: Some(90), ..Default::default() }),
+                temperature: Some(TemperatureTelemetry {
+                    gpu_celsius: Some(90),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -198,7 +210,13 @@ mod tests {
     #[test]
     fn a_set_field_replaces_its_value_and_siblings_inherit() {
         let merged = RuntimeState::with_override(Some(&base()), [&hot()]);
-        let temperature = merged.telemetry.as_ref().unwrap().temperature.as_ref().unwrap();
+        let temperature = merged
+            .telemetry
+            .as_ref()
+            .unwrap()
+            .temperature
+            .as_ref()
+            .unwrap();
         assert_eq!(temperature.gpu_celsius, Some(90));
         assert_eq!(temperature.memory_celsius, Some(36));
         assert_eq!(temperature.mode, Some(ValueMode::Fixed));
@@ -210,16 +228,34 @@ mod tests {
     fn an_explicit_zero_replaces_a_non_zero_value_and_survives_json() {
         let zero = RuntimeState {
             telemetry: Some(RuntimeTelemetry {
-                power: Some(PowerTelemetry { draw_milli_watts: Some(0), ..Default::default() }),
+                power: Some(PowerTelemetry {
+                    draw_milli_watts: Some(0),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
         };
         let merged = RuntimeState::with_override(Some(&base()), [&zero]);
-        assert_eq!(merged.telemetry.as_ref().unwrap().power.as_ref().unwrap().draw_milli_watts, Some(0));
-        let round_trip: RuntimeState = serde_json::from_str(&serde_json::to_string(&zero).unwrap()).unwrap();
+        assert_eq!(
+            merged
+                .telemetry
+                .as_ref()
+                .unwrap()
+                .power
+                .as_ref()
+                .unwrap()
+                .draw_milli_watts,
+            Some(0)
+        );
+        let round_trip: RuntimeState =
+            serde_json::from_str(&serde_json::to_string(&zero).unwrap()).unwrap();
         assert_eq!(round_trip, zero);
-        assert!(serde_json::to_string(&zero).unwrap().contains("\"drawMilliWatts\":0"));
+        assert!(
+            serde_json::to_string(&zero)
+                .unwrap()
+                .contains("\"drawMilliWatts\":0")
+        );
     }
 
     #[test]
@@ -239,8 +275,20 @@ mod tests {
             ..Default::default()
         };
         let merged = RuntimeState::with_override(Some(&range(10, 90)), [&range(0, 5)]);
-        let pattern = merged.telemetry.unwrap().utilization.unwrap().pattern.unwrap();
-        assert_eq!(pattern.gpu_percent, Some(PercentRange { minimum: 0, maximum: 5 }));
+        let pattern = merged
+            .telemetry
+            .unwrap()
+            .utilization
+            .unwrap()
+            .pattern
+            .unwrap();
+        assert_eq!(
+            pattern.gpu_percent,
+            Some(PercentRange {
+                minimum: 0,
+                maximum: 5
+            })
+        );
     }
 
     #[test]
@@ -253,10 +301,22 @@ mod tests {
 
     #[test]
     fn among_several_overrides_the_later_one_wins() {
-        let failed = RuntimeState { device_state: Some(DeviceState::Failed), ..Default::default() };
-        let degraded = RuntimeState { device_state: Some(DeviceState::Degraded), ..Default::default() };
-        assert_eq!(RuntimeState::with_override(Some(&base()), [&failed, &degraded]).device_state, Some(DeviceState::Degraded));
-        assert_eq!(RuntimeState::with_override(Some(&base()), [&degraded, &failed]).device_state, Some(DeviceState::Failed));
+        let failed = RuntimeState {
+            device_state: Some(DeviceState::Failed),
+            ..Default::default()
+        };
+        let degraded = RuntimeState {
+            device_state: Some(DeviceState::Degraded),
+            ..Default::default()
+        };
+        assert_eq!(
+            RuntimeState::with_override(Some(&base()), [&failed, &degraded]).device_state,
+            Some(DeviceState::Degraded)
+        );
+        assert_eq!(
+            RuntimeState::with_override(Some(&base()), [&degraded, &failed]).device_state,
+            Some(DeviceState::Failed)
+        );
     }
 
     #[test]
@@ -268,7 +328,10 @@ mod tests {
         let _ = RuntimeState::with_override(Some(&original), [&patch]);
         assert_eq!(original, base());
         assert_eq!(patch, hot());
-        assert_eq!(RuntimeState::with_override(None, []), RuntimeState::default());
+        assert_eq!(
+            RuntimeState::with_override(None, []),
+            RuntimeState::default()
+        );
     }
 
     #[test]
@@ -276,13 +339,22 @@ mod tests {
         let big = (1i64 << 53) + 1;
         let patch = RuntimeState {
             telemetry: Some(RuntimeTelemetry {
-                power: Some(PowerTelemetry { draw_milli_watts: Some(big), ..Default::default() }),
+                power: Some(PowerTelemetry {
+                    draw_milli_watts: Some(big),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
         };
-        for merged in [RuntimeState::with_override(Some(&base()), [&patch]), merge_via_json(Some(&base()), [&patch]).unwrap()] {
-            assert_eq!(merged.telemetry.unwrap().power.unwrap().draw_milli_watts, Some(big));
+        for merged in [
+            RuntimeState::with_override(Some(&base()), [&patch]),
+            merge_via_json(Some(&base()), [&patch]).unwrap(),
+        ] {
+            assert_eq!(
+                merged.telemetry.unwrap().power.unwrap().draw_milli_watts,
+                Some(big)
+            );
         }
     }
 
@@ -295,7 +367,10 @@ mod tests {
             mode: None,
             pattern: Some(UtilizationPattern {
                 pattern_type: None,
-                gpu_percent: Some(PercentRange { minimum: 1, maximum: 2 }),
+                gpu_percent: Some(PercentRange {
+                    minimum: 1,
+                    maximum: 2,
+                }),
                 memory_percent: None,
             }),
         });

@@ -11,10 +11,13 @@ mod merge;
 mod target;
 
 pub use evaluate::{
-    CONDITION_ACCEPTED, Decision, Evaluation, EvaluationInput, GpuCoordinate, Outcome, policy_status,
+    CONDITION_ACCEPTED, Decision, Evaluation, EvaluationInput, GpuCoordinate, Outcome,
+    policy_status,
 };
 pub use merge::{field_paths, merge_via_json};
-pub use target::{AxisSelection, GroupBounds, GroupSelection, Scope, Selection, resolve_target, summaries};
+pub use target::{
+    AxisSelection, GroupBounds, GroupSelection, Scope, Selection, resolve_target, summaries,
+};
 
 #[cfg(test)]
 mod tests;

@@ -84,7 +84,11 @@ impl AxisSelection {
         match listed {
             None => AxisSelection::All,
             Some(listed) => {
-                let mut inside: Vec<i32> = listed.iter().copied().filter(|index| (0..bound).contains(index)).collect();
+                let mut inside: Vec<i32> = listed
+                    .iter()
+                    .copied()
+                    .filter(|index| (0..bound).contains(index))
+                    .collect();
                 inside.sort_unstable();
                 inside.dedup();
                 AxisSelection::Only(inside)
@@ -134,7 +138,9 @@ pub struct GroupSelection {
 impl GroupSelection {
     /// True when some GPU is selected by both.
     pub fn overlaps(&self, other: &GroupSelection) -> bool {
-        self.racks.overlaps(&other.racks) && self.nodes.overlaps(&other.nodes) && self.gpus.overlaps(&other.gpus)
+        self.racks.overlaps(&other.racks)
+            && self.nodes.overlaps(&other.nodes)
+            && self.gpus.overlaps(&other.gpus)
     }
 
     /// True when the coordinate is selected.
@@ -158,11 +164,19 @@ pub fn resolve_target(
     let selected: Vec<&str> = match &target.rack_groups {
         Some(listed) => {
             let mut seen = std::collections::HashSet::new();
-            listed.iter().map(String::as_str).filter(|group| seen.insert(*group)).collect()
+            listed
+                .iter()
+                .map(String::as_str)
+                .filter(|group| seen.insert(*group))
+                .collect()
         }
         None => groups.keys().map(String::as_str).collect(),
     };
-    let undeclared: Vec<&str> = selected.iter().copied().filter(|group| !groups.contains_key(*group)).collect();
+    let undeclared: Vec<&str> = selected
+        .iter()
+        .copied()
+        .filter(|group| !groups.contains_key(*group))
+        .collect();
     if !undeclared.is_empty() {
         return Err(format!(
             "SGPUInventory {} does not declare rack groups {}.",
@@ -180,24 +194,44 @@ pub fn resolve_target(
             nodes: AxisSelection::select(target.node_indexes.as_ref(), bounds.nodes()),
             gpus: AxisSelection::select(target.gpu_indexes.as_ref(), bounds.gpus()),
         };
-        if group_selection.racks.is_empty() || group_selection.nodes.is_empty() || group_selection.gpus.is_empty() {
+        if group_selection.racks.is_empty()
+            || group_selection.nodes.is_empty()
+            || group_selection.gpus.is_empty()
+        {
             continue;
         }
-        reach = (reach.0.max(bounds.racks), reach.1.max(bounds.nodes()), reach.2.max(bounds.gpus()));
+        reach = (
+            reach.0.max(bounds.racks),
+            reach.1.max(bounds.nodes()),
+            reach.2.max(bounds.gpus()),
+        );
         selection.insert((*group).to_string(), group_selection);
     }
 
     let out_of_reach = |listed: Option<&Vec<i32>>, bound: i32| -> Vec<i32> {
-        let mut outside: Vec<i32> =
-            listed.into_iter().flatten().copied().filter(|index| !(0..bound).contains(index)).collect();
+        let mut outside: Vec<i32> = listed
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|index| !(0..bound).contains(index))
+            .collect();
         outside.sort_unstable();
         outside.dedup();
         outside
     };
     let axes = [
-        ("rackIndexes", out_of_reach(target.rack_indexes.as_ref(), reach.0)),
-        ("nodeIndexes", out_of_reach(target.node_indexes.as_ref(), reach.1)),
-        ("gpuIndexes", out_of_reach(target.gpu_indexes.as_ref(), reach.2)),
+        (
+            "rackIndexes",
+            out_of_reach(target.rack_indexes.as_ref(), reach.0),
+        ),
+        (
+            "nodeIndexes",
+            out_of_reach(target.node_indexes.as_ref(), reach.1),
+        ),
+        (
+            "gpuIndexes",
+            out_of_reach(target.gpu_indexes.as_ref(), reach.2),
+        ),
     ];
     let reported: Vec<String> = axes
         .iter()
@@ -212,8 +246,11 @@ pub fn resolve_target(
         reported.join(", ")
     );
     let node_or_gpu_unused = !axes[1].1.is_empty() || !axes[2].1.is_empty();
-    let unresolved: Vec<&str> =
-        selected.iter().copied().filter(|group| groups[*group].nodes_and_gpus.is_none()).collect();
+    let unresolved: Vec<&str> = selected
+        .iter()
+        .copied()
+        .filter(|group| groups[*group].nodes_and_gpus.is_none())
+        .collect();
     if node_or_gpu_unused && !unresolved.is_empty() {
         message.push_str(&format!(
             " The profiles of rack groups {} are not found, so those rack groups select no Node or GPU.",

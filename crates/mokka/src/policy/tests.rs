@@ -14,7 +14,14 @@ fn time(seconds: i64) -> Time {
 }
 
 fn rack_group(id: &str, count: i32, profile: &str) -> RackGroup {
-    RackGroup { id: id.into(), count, profile_ref: ProfileNameRef { name: profile.into() }, placement: None }
+    RackGroup {
+        id: id.into(),
+        count,
+        profile_ref: ProfileNameRef {
+            name: profile.into(),
+        },
+        placement: None,
+    }
 }
 
 /// training 4 racks x 8 Nodes x 4 GPUs, inference 2 x 2 x 8, pending 3 racks
@@ -32,8 +39,14 @@ fn test_inventory() -> (SGPUInventory, BTreeMap<String, SGPURackProfile>) {
     );
     inventory.metadata.uid = Some("fleet-uid".into());
     let profiles = BTreeMap::from([
-        ("train-profile".to_string(), example_profile("train-profile", "p1", 8, 4)),
-        ("infer-profile".to_string(), example_profile("infer-profile", "p2", 2, 8)),
+        (
+            "train-profile".to_string(),
+            example_profile("train-profile", "p1", 8, 4),
+        ),
+        (
+            "infer-profile".to_string(),
+            example_profile("infer-profile", "p2", 2, 8),
+        ),
     ]);
     (inventory, profiles)
 }
@@ -46,7 +59,12 @@ struct Target {
     gpus: Option<Vec<i32>>,
 }
 
-fn policy(name: &str, created: i64, target: Target, runtime: Option<RuntimeState>) -> SGPURuntimePolicy {
+fn policy(
+    name: &str,
+    created: i64,
+    target: Target,
+    runtime: Option<RuntimeState>,
+) -> SGPURuntimePolicy {
     let mut policy = SGPURuntimePolicy::new(
         name,
         SGPURuntimePolicySpec {
@@ -54,7 +72,9 @@ fn policy(name: &str, created: i64, target: Target, runtime: Option<RuntimeState
                 group: TargetGroup::Mokka,
                 kind: TargetKind::SgpuInventory,
                 name: "fleet".into(),
-                rack_groups: target.groups.map(|groups| groups.into_iter().map(String::from).collect()),
+                rack_groups: target
+                    .groups
+                    .map(|groups| groups.into_iter().map(String::from).collect()),
                 rack_indexes: target.racks,
                 node_indexes: target.nodes,
                 gpu_indexes: target.gpus,
@@ -71,7 +91,10 @@ fn policy(name: &str, created: i64, target: Target, runtime: Option<RuntimeState
 fn celsius(value: i32) -> Option<RuntimeState> {
     Some(RuntimeState {
         telemetry: Some(RuntimeTelemetry {
-            temperature: Some(TemperatureTelemetry { gpu_celsius: Some(value), ..Default::default() }),
+            temperature: Some(TemperatureTelemetry {
+                gpu_celsius: Some(value),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -79,12 +102,20 @@ fn celsius(value: i32) -> Option<RuntimeState> {
 }
 
 fn device(state: DeviceState) -> Option<RuntimeState> {
-    Some(RuntimeState { device_state: Some(state), ..Default::default() })
+    Some(RuntimeState {
+        device_state: Some(state),
+        ..Default::default()
+    })
 }
 
 fn evaluate(policies: &[SGPURuntimePolicy]) -> Evaluation {
     let (inventory, profiles) = test_inventory();
-    Evaluation::new(EvaluationInput { inventory_name: "fleet", inventory: Some(&inventory), profiles: &profiles, policies })
+    Evaluation::new(EvaluationInput {
+        inventory_name: "fleet",
+        inventory: Some(&inventory),
+        profiles: &profiles,
+        policies,
+    })
 }
 
 fn outcome(evaluation: &Evaluation, name: &str) -> (Outcome, String) {
@@ -93,52 +124,151 @@ fn outcome(evaluation: &Evaluation, name: &str) -> (Outcome, String) {
 }
 
 fn gpu(group: &str, rack: i32, node: i32, gpu: i32) -> GpuCoordinate<'_> {
-    GpuCoordinate { group, rack, node, gpu }
+    GpuCoordinate {
+        group,
+        rack,
+        node,
+        gpu,
+    }
 }
 
 fn scenario() -> Vec<SGPURuntimePolicy> {
     vec![
-        policy("ghost", 1, Target { groups: Some(vec!["ghost"]), ..Default::default() }, device(DeviceState::Failed)),
-        policy("gpu-hot", 2, Target { gpus: Some(vec![7]), ..Default::default() }, celsius(95)),
-        policy("gpu-cool", 3, Target { groups: Some(vec!["inference"]), gpus: Some(vec![7]), ..Default::default() }, celsius(30)),
+        policy(
+            "ghost",
+            1,
+            Target {
+                groups: Some(vec!["ghost"]),
+                ..Default::default()
+            },
+            device(DeviceState::Failed),
+        ),
+        policy(
+            "gpu-hot",
+            2,
+            Target {
+                gpus: Some(vec![7]),
+                ..Default::default()
+            },
+            celsius(95),
+        ),
+        policy(
+            "gpu-cool",
+            3,
+            Target {
+                groups: Some(vec!["inference"]),
+                gpus: Some(vec![7]),
+                ..Default::default()
+            },
+            celsius(30),
+        ),
         policy("inventory-hot", 4, Target::default(), celsius(90)),
         policy("inventory-cool", 5, Target::default(), celsius(20)),
-        policy("training-failed", 6, Target { groups: Some(vec!["training"]), ..Default::default() }, device(DeviceState::Failed)),
+        policy(
+            "training-failed",
+            6,
+            Target {
+                groups: Some(vec!["training"]),
+                ..Default::default()
+            },
+            device(DeviceState::Failed),
+        ),
     ]
 }
 
 #[test]
 fn evaluation_settles_the_upstream_scenario() {
     let evaluation = evaluate(&scenario());
-    let names: Vec<&str> = evaluation.decisions().iter().map(|d| d.name.as_str()).collect();
-    assert_eq!(names, ["ghost", "gpu-cool", "gpu-hot", "inventory-cool", "inventory-hot", "training-failed"]);
+    let names: Vec<&str> = evaluation
+        .decisions()
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ghost",
+            "gpu-cool",
+            "gpu-hot",
+            "inventory-cool",
+            "inventory-hot",
+            "training-failed"
+        ]
+    );
 
-    assert_eq!(outcome(&evaluation, "ghost"), (Outcome::InvalidTarget, "SGPUInventory \"fleet\" does not declare rack groups \"ghost\".".into()));
+    assert_eq!(
+        outcome(&evaluation, "ghost"),
+        (
+            Outcome::InvalidTarget,
+            "SGPUInventory \"fleet\" does not declare rack groups \"ghost\".".into()
+        )
+    );
     assert_eq!(
         outcome(&evaluation, "gpu-cool"),
         (Outcome::Conflicted, "Policy \"gpu-hot\" takes precedence at GPU scope and also sets telemetry.temperature.gpuCelsius for some of the same GPUs.".into())
     );
-    assert_eq!(outcome(&evaluation, "gpu-hot"), (Outcome::Accepted, "The policy applies at GPU scope.".into()));
+    assert_eq!(
+        outcome(&evaluation, "gpu-hot"),
+        (Outcome::Accepted, "The policy applies at GPU scope.".into())
+    );
     assert_eq!(
         outcome(&evaluation, "inventory-cool"),
         (Outcome::Conflicted, "Policy \"inventory-hot\" takes precedence at Inventory scope and also sets telemetry.temperature.gpuCelsius for some of the same GPUs.".into())
     );
-    assert_eq!(outcome(&evaluation, "training-failed"), (Outcome::Accepted, "The policy applies at Rack Group scope.".into()));
+    assert_eq!(
+        outcome(&evaluation, "training-failed"),
+        (
+            Outcome::Accepted,
+            "The policy applies at Rack Group scope.".into()
+        )
+    );
 
     let defaults = example_default_runtime();
     let mut training_expected = defaults.clone();
     training_expected.device_state = Some(DeviceState::Failed);
-    training_expected.telemetry.as_mut().unwrap().temperature.as_mut().unwrap().gpu_celsius = Some(90);
-    assert_eq!(evaluation.runtime(Some(&defaults), gpu("training", 1, 2, 3)), training_expected);
-    assert_eq!(evaluation.applied(gpu("training", 1, 2, 3)), ["inventory-hot", "training-failed"]);
+    training_expected
+        .telemetry
+        .as_mut()
+        .unwrap()
+        .temperature
+        .as_mut()
+        .unwrap()
+        .gpu_celsius = Some(90);
+    assert_eq!(
+        evaluation.runtime(Some(&defaults), gpu("training", 1, 2, 3)),
+        training_expected
+    );
+    assert_eq!(
+        evaluation.applied(gpu("training", 1, 2, 3)),
+        ["inventory-hot", "training-failed"]
+    );
 
     let mut inference_expected = defaults.clone();
-    inference_expected.telemetry.as_mut().unwrap().temperature.as_mut().unwrap().gpu_celsius = Some(90);
-    assert_eq!(evaluation.runtime(Some(&defaults), gpu("inference", 0, 1, 5)), inference_expected);
-    // GPU 7 exists only in inference; the GPU-scope layer comes last.
-    assert_eq!(evaluation.applied(gpu("inference", 1, 0, 7)), ["inventory-hot", "gpu-hot"]);
+    inference_expected
+        .telemetry
+        .as_mut()
+        .unwrap()
+        .temperature
+        .as_mut()
+        .unwrap()
+        .gpu_celsius = Some(90);
     assert_eq!(
-        evaluation.runtime(Some(&defaults), gpu("inference", 1, 0, 7)).telemetry.unwrap().temperature.unwrap().gpu_celsius,
+        evaluation.runtime(Some(&defaults), gpu("inference", 0, 1, 5)),
+        inference_expected
+    );
+    // GPU 7 exists only in inference; the GPU-scope layer comes last.
+    assert_eq!(
+        evaluation.applied(gpu("inference", 1, 0, 7)),
+        ["inventory-hot", "gpu-hot"]
+    );
+    assert_eq!(
+        evaluation
+            .runtime(Some(&defaults), gpu("inference", 1, 0, 7))
+            .telemetry
+            .unwrap()
+            .temperature
+            .unwrap()
+            .gpu_celsius,
         Some(95)
     );
 }
@@ -147,14 +277,25 @@ fn evaluation_settles_the_upstream_scenario() {
 fn a_missing_inventory_makes_every_policy_target_not_found_and_runtime_the_defaults() {
     let profiles = BTreeMap::new();
     let policies = scenario();
-    let evaluation = Evaluation::new(EvaluationInput { inventory_name: "fleet", inventory: None, profiles: &profiles, policies: &policies });
+    let evaluation = Evaluation::new(EvaluationInput {
+        inventory_name: "fleet",
+        inventory: None,
+        profiles: &profiles,
+        policies: &policies,
+    });
     for decision in evaluation.decisions() {
         assert_eq!(decision.outcome, Outcome::TargetNotFound);
         assert_eq!(decision.message, "SGPUInventory \"fleet\" does not exist.");
     }
     let defaults = example_default_runtime();
-    assert_eq!(evaluation.runtime(Some(&defaults), gpu("training", 0, 0, 0)), defaults);
-    assert_eq!(evaluation.runtime(None, gpu("training", 0, 0, 0)), RuntimeState::default());
+    assert_eq!(
+        evaluation.runtime(Some(&defaults), gpu("training", 0, 0, 0)),
+        defaults
+    );
+    assert_eq!(
+        evaluation.runtime(None, gpu("training", 0, 0, 0)),
+        RuntimeState::default()
+    );
 }
 
 #[test]
@@ -180,44 +321,148 @@ fn the_older_policy_wins_within_a_scope_and_the_lower_uid_breaks_ties() {
 #[test]
 fn disjoint_racks_groups_fields_and_scopes_all_layer() {
     let evaluation = evaluate(&[
-        policy("rack-0", 1, Target { racks: Some(vec![0]), ..Default::default() }, celsius(50)),
-        policy("rack-1", 2, Target { racks: Some(vec![1]), ..Default::default() }, celsius(60)),
-        policy("training", 3, Target { groups: Some(vec!["training"]), ..Default::default() }, celsius(70)),
-        policy("inference", 4, Target { groups: Some(vec!["inference"]), ..Default::default() }, celsius(80)),
-        policy("other-field", 5, Target::default(), device(DeviceState::Degraded)),
+        policy(
+            "rack-0",
+            1,
+            Target {
+                racks: Some(vec![0]),
+                ..Default::default()
+            },
+            celsius(50),
+        ),
+        policy(
+            "rack-1",
+            2,
+            Target {
+                racks: Some(vec![1]),
+                ..Default::default()
+            },
+            celsius(60),
+        ),
+        policy(
+            "training",
+            3,
+            Target {
+                groups: Some(vec!["training"]),
+                ..Default::default()
+            },
+            celsius(70),
+        ),
+        policy(
+            "inference",
+            4,
+            Target {
+                groups: Some(vec!["inference"]),
+                ..Default::default()
+            },
+            celsius(80),
+        ),
+        policy(
+            "other-field",
+            5,
+            Target::default(),
+            device(DeviceState::Degraded),
+        ),
         policy("inventory-temp", 6, Target::default(), celsius(40)),
     ]);
     for decision in evaluation.decisions() {
         assert_eq!(decision.outcome, Outcome::Accepted, "{}", decision.name);
     }
     // Broadest first: inventory, then rack group, then rack.
-    assert_eq!(evaluation.applied(gpu("training", 1, 0, 0)), ["other-field", "inventory-temp", "training", "rack-1"]);
+    assert_eq!(
+        evaluation.applied(gpu("training", 1, 0, 0)),
+        ["other-field", "inventory-temp", "training", "rack-1"]
+    );
     let state = evaluation.runtime(None, gpu("training", 1, 0, 0));
-    assert_eq!(state.telemetry.unwrap().temperature.unwrap().gpu_celsius, Some(60));
+    assert_eq!(
+        state.telemetry.unwrap().temperature.unwrap().gpu_celsius,
+        Some(60)
+    );
     assert_eq!(state.device_state, Some(DeviceState::Degraded));
 }
 
 #[test]
 fn invalid_and_rejected_policies_block_nothing_and_nil_runtime_is_accepted() {
     let evaluation = evaluate(&[
-        policy("invalid", 1, Target { gpus: Some(vec![99]), ..Default::default() }, celsius(1)),
+        policy(
+            "invalid",
+            1,
+            Target {
+                gpus: Some(vec![99]),
+                ..Default::default()
+            },
+            celsius(1),
+        ),
         policy("winner", 2, Target::default(), celsius(2)),
-        policy("rejected", 3, Target { groups: Some(vec!["training"]), ..Default::default() }, celsius(3)),
-        policy("blocked-only-by-rejected", 4, Target { groups: Some(vec!["training"]), ..Default::default() }, celsius(4)),
+        policy(
+            "rejected",
+            3,
+            Target {
+                groups: Some(vec!["training"]),
+                ..Default::default()
+            },
+            celsius(3),
+        ),
+        policy(
+            "blocked-only-by-rejected",
+            4,
+            Target {
+                groups: Some(vec!["training"]),
+                ..Default::default()
+            },
+            celsius(4),
+        ),
         policy("empty", 0, Target::default(), None),
     ]);
     assert_eq!(outcome(&evaluation, "invalid").0, Outcome::InvalidTarget);
     assert_eq!(outcome(&evaluation, "winner").0, Outcome::Accepted);
-    assert_eq!(outcome(&evaluation, "rejected").0, Outcome::Accepted, "different scope from the winner");
+    assert_eq!(
+        outcome(&evaluation, "rejected").0,
+        Outcome::Accepted,
+        "different scope from the winner"
+    );
     // Same scope as "rejected"... which is accepted; make the chain explicit:
-    assert_eq!(outcome(&evaluation, "blocked-only-by-rejected").0, Outcome::Conflicted);
-    assert_eq!(outcome(&evaluation, "empty"), (Outcome::Accepted, "The policy applies at Inventory scope.".into()));
+    assert_eq!(
+        outcome(&evaluation, "blocked-only-by-rejected").0,
+        Outcome::Conflicted
+    );
+    assert_eq!(
+        outcome(&evaluation, "empty"),
+        (
+            Outcome::Accepted,
+            "The policy applies at Inventory scope.".into()
+        )
+    );
 
     // A policy whose only challenger was itself rejected is Accepted.
     let evaluation = evaluate(&[
-        policy("first", 1, Target { racks: Some(vec![0]), ..Default::default() }, celsius(1)),
-        policy("second", 2, Target { racks: Some(vec![0, 1]), ..Default::default() }, celsius(2)),
-        policy("third", 3, Target { racks: Some(vec![1]), ..Default::default() }, celsius(3)),
+        policy(
+            "first",
+            1,
+            Target {
+                racks: Some(vec![0]),
+                ..Default::default()
+            },
+            celsius(1),
+        ),
+        policy(
+            "second",
+            2,
+            Target {
+                racks: Some(vec![0, 1]),
+                ..Default::default()
+            },
+            celsius(2),
+        ),
+        policy(
+            "third",
+            3,
+            Target {
+                racks: Some(vec![1]),
+                ..Default::default()
+            },
+            celsius(3),
+        ),
     ]);
     assert_eq!(outcome(&evaluation, "first").0, Outcome::Accepted);
     assert_eq!(outcome(&evaluation, "second").0, Outcome::Conflicted);
@@ -228,20 +473,75 @@ fn invalid_and_rejected_policies_block_nothing_and_nil_runtime_is_accepted() {
 fn indexes_that_coincide_only_outside_the_group_shapes_do_not_conflict() {
     // GPU 6 exists only in inference (8 GPUs); node 3 only in training (8 Nodes).
     let evaluation = evaluate(&[
-        policy("infer-gpu-6", 1, Target { nodes: Some(vec![3]), gpus: Some(vec![6]), groups: Some(vec!["inference", "training"]), ..Default::default() }, celsius(1)),
+        policy(
+            "infer-gpu-6",
+            1,
+            Target {
+                nodes: Some(vec![3]),
+                gpus: Some(vec![6]),
+                groups: Some(vec!["inference", "training"]),
+                ..Default::default()
+            },
+            celsius(1),
+        ),
         // Both list GPU 1, but node 3 exists only in training and node 1 is
         // listed only for inference: the shared index never meets.
-        policy("training-node-3", 2, Target { groups: Some(vec!["training", "inference"]), nodes: Some(vec![3]), gpus: Some(vec![1]), ..Default::default() }, celsius(2)),
-        policy("inference-node-1", 3, Target { groups: Some(vec!["inference"]), nodes: Some(vec![1]), gpus: Some(vec![1]), ..Default::default() }, celsius(3)),
+        policy(
+            "training-node-3",
+            2,
+            Target {
+                groups: Some(vec!["training", "inference"]),
+                nodes: Some(vec![3]),
+                gpus: Some(vec![1]),
+                ..Default::default()
+            },
+            celsius(2),
+        ),
+        policy(
+            "inference-node-1",
+            3,
+            Target {
+                groups: Some(vec!["inference"]),
+                nodes: Some(vec![1]),
+                gpus: Some(vec![1]),
+                ..Default::default()
+            },
+            celsius(3),
+        ),
     ]);
     // infer-gpu-6 selects nothing anywhere (node 3 absent in inference, GPU 6 absent in training).
-    assert_eq!(outcome(&evaluation, "infer-gpu-6").0, Outcome::InvalidTarget);
+    assert_eq!(
+        outcome(&evaluation, "infer-gpu-6").0,
+        Outcome::InvalidTarget
+    );
     assert_eq!(outcome(&evaluation, "training-node-3").0, Outcome::Accepted);
-    assert_eq!(outcome(&evaluation, "inference-node-1").0, Outcome::Accepted);
+    assert_eq!(
+        outcome(&evaluation, "inference-node-1").0,
+        Outcome::Accepted
+    );
 
     let evaluation = evaluate(&[
-        policy("inference-only", 1, Target { groups: Some(vec!["inference"]), gpus: Some(vec![6]), ..Default::default() }, celsius(1)),
-        policy("training-only", 2, Target { groups: Some(vec!["training", "inference"]), nodes: Some(vec![5]), gpus: Some(vec![3]), ..Default::default() }, celsius(2)),
+        policy(
+            "inference-only",
+            1,
+            Target {
+                groups: Some(vec!["inference"]),
+                gpus: Some(vec![6]),
+                ..Default::default()
+            },
+            celsius(1),
+        ),
+        policy(
+            "training-only",
+            2,
+            Target {
+                groups: Some(vec!["training", "inference"]),
+                nodes: Some(vec![5]),
+                gpus: Some(vec![3]),
+                ..Default::default()
+            },
+            celsius(2),
+        ),
     ]);
     assert_eq!(outcome(&evaluation, "inference-only").0, Outcome::Accepted);
     assert_eq!(outcome(&evaluation, "training-only").0, Outcome::Accepted);
@@ -255,10 +555,16 @@ fn when_the_winner_is_deleted_the_next_oldest_is_promoted() {
         policy("third", 3, Target::default(), celsius(3)),
     ];
     let evaluation = evaluate(&all);
-    assert_eq!(outcome(&evaluation, "third").1, "Policy \"first\" takes precedence at Inventory scope and also sets telemetry.temperature.gpuCelsius for some of the same GPUs.");
+    assert_eq!(
+        outcome(&evaluation, "third").1,
+        "Policy \"first\" takes precedence at Inventory scope and also sets telemetry.temperature.gpuCelsius for some of the same GPUs."
+    );
     let evaluation = evaluate(&all[1..]);
     assert_eq!(outcome(&evaluation, "second").0, Outcome::Accepted);
-    assert_eq!(outcome(&evaluation, "third").1, "Policy \"second\" takes precedence at Inventory scope and also sets telemetry.temperature.gpuCelsius for some of the same GPUs.");
+    assert_eq!(
+        outcome(&evaluation, "third").1,
+        "Policy \"second\" takes precedence at Inventory scope and also sets telemetry.temperature.gpuCelsius for some of the same GPUs."
+    );
 }
 
 #[test]
@@ -266,12 +572,18 @@ fn the_conflict_message_names_the_winner_and_the_sorted_shared_fields() {
     let both = || {
         let mut state = celsius(90).unwrap();
         state.device_state = Some(DeviceState::Failed);
-        state.modes = Some(RuntimeModes { ecc: Some(Toggle::Disabled), ..Default::default() });
+        state.modes = Some(RuntimeModes {
+            ecc: Some(Toggle::Disabled),
+            ..Default::default()
+        });
         Some(state)
     };
     let mut second = both().unwrap();
     second.modes = None;
-    let evaluation = evaluate(&[policy("winner", 1, Target::default(), both()), policy("loser", 2, Target::default(), Some(second))]);
+    let evaluation = evaluate(&[
+        policy("winner", 1, Target::default(), both()),
+        policy("loser", 2, Target::default(), Some(second)),
+    ]);
     assert_eq!(
         outcome(&evaluation, "loser").1,
         "Policy \"winner\" takes precedence at Inventory scope and also sets deviceState, telemetry.temperature.gpuCelsius for some of the same GPUs."
@@ -287,62 +599,140 @@ fn target_resolution_messages_are_exact() {
         decision.message.clone()
     };
     assert_eq!(
-        message(Target { groups: Some(vec!["b-missing", "training", "a-missing"]), ..Default::default() }),
+        message(Target {
+            groups: Some(vec!["b-missing", "training", "a-missing"]),
+            ..Default::default()
+        }),
         "SGPUInventory \"fleet\" does not declare rack groups \"b-missing\", \"a-missing\"."
     );
     assert_eq!(
-        message(Target { groups: Some(vec!["training", "inference"]), racks: Some(vec![5, 2]), ..Default::default() }),
+        message(Target {
+            groups: Some(vec!["training", "inference"]),
+            racks: Some(vec![5, 2]),
+            ..Default::default()
+        }),
         "The target lists indexes that select no GPU in the selected rack groups: rackIndexes [5]."
     );
     assert_eq!(
-        message(Target { groups: Some(vec!["training", "inference"]), racks: Some(vec![5, 2]), gpus: Some(vec![6]), ..Default::default() }),
+        message(Target {
+            groups: Some(vec!["training", "inference"]),
+            racks: Some(vec![5, 2]),
+            gpus: Some(vec![6]),
+            ..Default::default()
+        }),
         "The target lists indexes that select no GPU in the selected rack groups: rackIndexes [2 5], gpuIndexes [6]."
     );
     // Indexes that exist only in different groups: rack 3 only in training,
     // GPU 6 only in inference, so no group participates.
     assert_eq!(
-        message(Target { groups: Some(vec!["training", "inference"]), racks: Some(vec![3]), gpus: Some(vec![6]), ..Default::default() }),
+        message(Target {
+            groups: Some(vec!["training", "inference"]),
+            racks: Some(vec![3]),
+            gpus: Some(vec![6]),
+            ..Default::default()
+        }),
         "The target lists indexes that select no GPU in the selected rack groups: rackIndexes [3], gpuIndexes [6]."
     );
     assert_eq!(
-        message(Target { racks: Some(vec![-1, 0]), ..Default::default() }),
+        message(Target {
+            racks: Some(vec![-1, 0]),
+            ..Default::default()
+        }),
         "The target lists indexes that select no GPU in the selected rack groups: rackIndexes [-1]."
     );
     // A node index needs a resolved profile.
     assert_eq!(
-        message(Target { groups: Some(vec!["pending"]), nodes: Some(vec![0]), ..Default::default() }),
+        message(Target {
+            groups: Some(vec!["pending"]),
+            nodes: Some(vec![0]),
+            ..Default::default()
+        }),
         "The target lists indexes that select no GPU in the selected rack groups: nodeIndexes [0]. The profiles of rack groups \"pending\" are not found, so those rack groups select no Node or GPU."
     );
     assert_eq!(
-        message(Target { nodes: Some(vec![8]), gpus: Some(vec![9]), ..Default::default() }),
+        message(Target {
+            nodes: Some(vec![8]),
+            gpus: Some(vec![9]),
+            ..Default::default()
+        }),
         "The target lists indexes that select no GPU in the selected rack groups: nodeIndexes [8], gpuIndexes [9]. The profiles of rack groups \"pending\" are not found, so those rack groups select no Node or GPU."
     );
 }
 
 #[test]
 fn a_rack_index_needs_no_profile() {
-    let evaluation = evaluate(&[policy("pending-rack", 1, Target { groups: Some(vec!["pending"]), racks: Some(vec![2]), ..Default::default() }, celsius(1))]);
-    assert_eq!(outcome(&evaluation, "pending-rack"), (Outcome::Accepted, "The policy applies at Rack scope.".into()));
-    assert_eq!(evaluation.applied(gpu("pending", 2, 0, 0)), ["pending-rack"]);
+    let evaluation = evaluate(&[policy(
+        "pending-rack",
+        1,
+        Target {
+            groups: Some(vec!["pending"]),
+            racks: Some(vec![2]),
+            ..Default::default()
+        },
+        celsius(1),
+    )]);
+    assert_eq!(
+        outcome(&evaluation, "pending-rack"),
+        (
+            Outcome::Accepted,
+            "The policy applies at Rack scope.".into()
+        )
+    );
+    assert_eq!(
+        evaluation.applied(gpu("pending", 2, 0, 0)),
+        ["pending-rack"]
+    );
     assert!(evaluation.applied(gpu("pending", 1, 0, 0)).is_empty());
 }
 
 #[test]
 fn an_unlisted_rack_axis_covers_racks_still_retiring_beyond_a_shrunk_count() {
-    let evaluation = evaluate(&[policy("all-training", 1, Target { groups: Some(vec!["training"]), ..Default::default() }, celsius(1))]);
-    assert_eq!(evaluation.applied(gpu("training", 9, 0, 0)), ["all-training"]);
+    let evaluation = evaluate(&[policy(
+        "all-training",
+        1,
+        Target {
+            groups: Some(vec!["training"]),
+            ..Default::default()
+        },
+        celsius(1),
+    )]);
+    assert_eq!(
+        evaluation.applied(gpu("training", 9, 0, 0)),
+        ["all-training"]
+    );
 }
 
 #[test]
 fn status_reports_summaries_condition_and_keeps_the_transition_time() {
     let policies = vec![
-        policy("inventory-failed", 1, Target::default(), device(DeviceState::Failed)),
-        policy("inventory-degraded", 2, Target::default(), device(DeviceState::Degraded)),
-        policy("second-rack-hot", 3, Target { groups: Some(vec!["training"]), racks: Some(vec![1]), ..Default::default() }, celsius(99)),
+        policy(
+            "inventory-failed",
+            1,
+            Target::default(),
+            device(DeviceState::Failed),
+        ),
+        policy(
+            "inventory-degraded",
+            2,
+            Target::default(),
+            device(DeviceState::Degraded),
+        ),
+        policy(
+            "second-rack-hot",
+            3,
+            Target {
+                groups: Some(vec!["training"]),
+                racks: Some(vec![1]),
+                ..Default::default()
+            },
+            celsius(99),
+        ),
     ];
     let evaluation = evaluate(&policies);
     let status = |index: usize, previous: Option<&SGPURuntimePolicyStatus>, now: i64| {
-        let decision = evaluation.decision(policies[index].metadata.name.as_deref().unwrap()).unwrap();
+        let decision = evaluation
+            .decision(policies[index].metadata.name.as_deref().unwrap())
+            .unwrap();
         policy_status(&policies[index], decision, previous, &time(now))
     };
     let hot = status(2, None, 100);
@@ -350,28 +740,52 @@ fn status_reports_summaries_condition_and_keeps_the_transition_time() {
     assert_eq!(hot.rack_indexes_summary.as_deref(), Some("1"));
     assert_eq!(hot.node_indexes_summary, None);
     let condition = &hot.conditions.as_ref().unwrap()[0];
-    assert_eq!((condition.type_.as_str(), condition.status.as_str(), condition.reason.as_str()), ("Accepted", "True", "Accepted"));
+    assert_eq!(
+        (
+            condition.type_.as_str(),
+            condition.status.as_str(),
+            condition.reason.as_str()
+        ),
+        ("Accepted", "True", "Accepted")
+    );
     assert_eq!(condition.observed_generation, Some(3));
     assert_eq!(condition.last_transition_time, time(100));
 
     let degraded = status(1, None, 100);
     assert_eq!(degraded.conditions.as_ref().unwrap()[0].status, "False");
-    assert_eq!(degraded.conditions.as_ref().unwrap()[0].reason, "Conflicted");
+    assert_eq!(
+        degraded.conditions.as_ref().unwrap()[0].reason,
+        "Conflicted"
+    );
 
     // Unchanged status and reason keep the time, even if the message changed.
     let mut previous = hot.clone();
     previous.conditions.as_mut().unwrap()[0].message = "old text".into();
-    assert_eq!(status(2, Some(&previous), 200).conditions.unwrap()[0].last_transition_time, time(100));
+    assert_eq!(
+        status(2, Some(&previous), 200).conditions.unwrap()[0].last_transition_time,
+        time(100)
+    );
     // A new reason is a transition.
-    assert_eq!(status(1, Some(&hot), 300).conditions.unwrap()[0].last_transition_time, time(300));
+    assert_eq!(
+        status(1, Some(&hot), 300).conditions.unwrap()[0].last_transition_time,
+        time(300)
+    );
 
     // Deleting the winner promotes inventory-degraded; shrinking training to
     // one rack turns second-rack-hot into InvalidTarget.
     let (mut inventory, profiles) = test_inventory();
     inventory.spec.rack_groups[0].count = 1;
     let remaining = &policies[1..];
-    let evaluation = Evaluation::new(EvaluationInput { inventory_name: "fleet", inventory: Some(&inventory), profiles: &profiles, policies: remaining });
-    assert_eq!(outcome(&evaluation, "inventory-degraded").0, Outcome::Accepted);
+    let evaluation = Evaluation::new(EvaluationInput {
+        inventory_name: "fleet",
+        inventory: Some(&inventory),
+        profiles: &profiles,
+        policies: remaining,
+    });
+    assert_eq!(
+        outcome(&evaluation, "inventory-degraded").0,
+        Outcome::Accepted
+    );
     assert_eq!(
         outcome(&evaluation, "second-rack-hot"),
         (Outcome::InvalidTarget, "The target lists indexes that select no GPU in the selected rack groups: rackIndexes [1].".into())
@@ -382,52 +796,134 @@ fn status_reports_summaries_condition_and_keeps_the_transition_time() {
 fn effective_runtime_of_a_logical_node_layers_inventory_and_gpu_policies() {
     let evaluation = evaluate(&[
         policy("warm", 1, Target::default(), celsius(50)),
-        policy("gpu-1-failed", 2, Target { groups: Some(vec!["training"]), racks: Some(vec![0]), nodes: Some(vec![0]), gpus: Some(vec![1]) }, device(DeviceState::Failed)),
+        policy(
+            "gpu-1-failed",
+            2,
+            Target {
+                groups: Some(vec!["training"]),
+                racks: Some(vec![0]),
+                nodes: Some(vec![0]),
+                gpus: Some(vec![1]),
+            },
+            device(DeviceState::Failed),
+        ),
     ]);
     let defaults = example_default_runtime();
-    let node: Vec<RuntimeState> = (0..4).map(|g| evaluation.runtime(Some(&defaults), gpu("training", 0, 0, g))).collect();
+    let node: Vec<RuntimeState> = (0..4)
+        .map(|g| evaluation.runtime(Some(&defaults), gpu("training", 0, 0, g)))
+        .collect();
     for (index, state) in node.iter().enumerate() {
-        assert_eq!(state.telemetry.as_ref().unwrap().temperature.as_ref().unwrap().gpu_celsius, Some(50));
-        let expected = if index == 1 { DeviceState::Failed } else { DeviceState::Healthy };
+        assert_eq!(
+            state
+                .telemetry
+                .as_ref()
+                .unwrap()
+                .temperature
+                .as_ref()
+                .unwrap()
+                .gpu_celsius,
+            Some(50)
+        );
+        let expected = if index == 1 {
+            DeviceState::Failed
+        } else {
+            DeviceState::Healthy
+        };
         assert_eq!(state.device_state, Some(expected));
     }
     // Callers own the result: changing it does not change later answers.
     let mut owned = evaluation.runtime(Some(&defaults), gpu("training", 0, 0, 1));
     owned.device_state = None;
-    assert_eq!(evaluation.runtime(Some(&defaults), gpu("training", 0, 0, 1)).device_state, Some(DeviceState::Failed));
+    assert_eq!(
+        evaluation
+            .runtime(Some(&defaults), gpu("training", 0, 0, 1))
+            .device_state,
+        Some(DeviceState::Failed)
+    );
 }
 
 #[test]
 fn scope_is_the_deepest_listed_axis() {
     let scope = |target: Target| Scope::of(&policy("p", 1, target, None).spec.target_ref);
     assert_eq!(scope(Target::default()), Scope::Inventory);
-    assert_eq!(scope(Target { groups: Some(vec!["a"]), ..Default::default() }), Scope::RackGroup);
-    assert_eq!(scope(Target { racks: Some(vec![0]), ..Default::default() }), Scope::Rack);
-    assert_eq!(scope(Target { groups: Some(vec!["a"]), nodes: Some(vec![0]), ..Default::default() }), Scope::Node);
-    assert_eq!(scope(Target { racks: Some(vec![0]), gpus: Some(vec![0]), ..Default::default() }), Scope::Gpu);
-    assert!(Scope::Inventory < Scope::RackGroup && Scope::RackGroup < Scope::Rack && Scope::Rack < Scope::Node && Scope::Node < Scope::Gpu);
+    assert_eq!(
+        scope(Target {
+            groups: Some(vec!["a"]),
+            ..Default::default()
+        }),
+        Scope::RackGroup
+    );
+    assert_eq!(
+        scope(Target {
+            racks: Some(vec![0]),
+            ..Default::default()
+        }),
+        Scope::Rack
+    );
+    assert_eq!(
+        scope(Target {
+            groups: Some(vec!["a"]),
+            nodes: Some(vec![0]),
+            ..Default::default()
+        }),
+        Scope::Node
+    );
+    assert_eq!(
+        scope(Target {
+            racks: Some(vec![0]),
+            gpus: Some(vec![0]),
+            ..Default::default()
+        }),
+        Scope::Gpu
+    );
+    assert!(
+        Scope::Inventory < Scope::RackGroup
+            && Scope::RackGroup < Scope::Rack
+            && Scope::Rack < Scope::Node
+            && Scope::Node < Scope::Gpu
+    );
     assert_eq!(Scope::RackGroup.as_str(), "Rack Group");
     assert_eq!(Scope::Gpu.as_str(), "GPU");
 }
 
 fn arbitrary_policies() -> impl Strategy<Value = Vec<SGPURuntimePolicy>> {
     let axis = |max: i32| prop::option::of(prop::collection::vec(-1..max, 1..3));
-    let groups = prop::option::of(prop::collection::vec(prop_oneof![Just("training"), Just("inference"), Just("pending"), Just("ghost")], 1..3));
+    let groups = prop::option::of(prop::collection::vec(
+        prop_oneof![
+            Just("training"),
+            Just("inference"),
+            Just("pending"),
+            Just("ghost")
+        ],
+        1..3,
+    ));
     let field = prop_oneof![Just(0u8), Just(1u8), Just(2u8)];
-    prop::collection::vec((0..4i64, groups, axis(5), axis(9), axis(9), field), 0..10).prop_map(|specs| {
-        specs
-            .into_iter()
-            .enumerate()
-            .map(|(i, (created, groups, racks, nodes, gpus, field))| {
-                let runtime = match field {
-                    0 => None,
-                    1 => celsius(i as i32),
-                    _ => device(DeviceState::Degraded),
-                };
-                policy(&format!("p{i:02}"), created, Target { groups, racks, nodes, gpus }, runtime)
-            })
-            .collect()
-    })
+    prop::collection::vec((0..4i64, groups, axis(5), axis(9), axis(9), field), 0..10).prop_map(
+        |specs| {
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (created, groups, racks, nodes, gpus, field))| {
+                    let runtime = match field {
+                        0 => None,
+                        1 => celsius(i as i32),
+                        _ => device(DeviceState::Degraded),
+                    };
+                    policy(
+                        &format!("p{i:02}"),
+                        created,
+                        Target {
+                            groups,
+                            racks,
+                            nodes,
+                            gpus,
+                        },
+                        runtime,
+                    )
+                })
+                .collect()
+        },
+    )
 }
 
 proptest! {
