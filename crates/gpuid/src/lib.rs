@@ -6,4 +6,5 @@
 //! over inventories ([`inventory`]). Nothing here touches the network, the
 //! file system or the clock: file contents, environment and time are passed in.
 
+pub mod config;
 pub mod smi;

@@ -1,0 +1,719 @@
+//! Behaviour of the configuration parser, one sentence per test.
+
+use super::*;
+use std::collections::HashMap;
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn no_files(path: &Path) -> io::Result<String> {
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} not found", path.display()),
+    ))
+}
+
+fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
+    let vars = env(pairs);
+    Config::from_lookup(|name| vars.get(name).cloned(), no_files)
+}
+
+fn load_with_files(pairs: &[(&str, &str)], files: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
+    let vars = env(pairs);
+    let files = env(files);
+    Config::from_lookup(
+        |name| vars.get(name).cloned(),
+        |path| {
+            files
+                .get(path.to_str().unwrap_or_default())
+                .cloned()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "No such file or directory"))
+        },
+    )
+}
+
+fn messages(result: Result<Config, ConfigErrors>) -> Vec<String> {
+    match result {
+        Ok(config) => panic!("expected errors, got {config:?}"),
+        Err(errors) => errors.errors.into_iter().map(|e| e.message).collect(),
+    }
+}
+
+fn single(result: Result<Config, ConfigErrors>) -> String {
+    let all = messages(result);
+    assert_eq!(all.len(), 1, "expected one error, got {all:#?}");
+    all.into_iter().next().unwrap_or_default()
+}
+
+const CLUSTER: (&str, &str) = ("CLUSTER_NAME", "prod");
+
+#[test]
+fn only_the_cluster_name_is_needed_and_every_other_knob_has_the_upstream_default() {
+    let config = load(&[CLUSTER]).unwrap();
+    assert_eq!(config.exporter, ExporterConfig::Stdout);
+    assert_eq!(config.cluster_name, "prod");
+    assert_eq!(config.namespaces, ["gpu-operator"]);
+    assert_eq!(config.label_selector, "app=nvidia-device-plugin-daemonset");
+    assert_eq!(config.container, "nvidia-device-plugin");
+    assert_eq!(config.workers, 16);
+    assert_eq!(config.timeout, Duration::from_secs(30));
+    assert_eq!(config.resync, Duration::ZERO);
+    assert_eq!(config.qps, 50.0);
+    assert_eq!(config.burst, 100);
+    assert_eq!(config.kubeconfig, None);
+    assert_eq!(config.log_level, LogLevel::Info);
+    assert_eq!(config.server_port, 8080);
+    let le = &config.leader_election;
+    assert!(!le.enabled);
+    assert_eq!(
+        (le.lease_namespace.as_str(), le.lease_name.as_str()),
+        ("gpuid", "gpuid-leader")
+    );
+    assert_eq!(
+        (le.lease_duration, le.renew_deadline, le.retry_period),
+        (
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2)
+        )
+    );
+}
+
+#[test]
+fn the_documented_defaults_in_knobs_are_the_defaults_the_parser_applies() {
+    let mut pairs: Vec<(&str, &str)> = KNOBS
+        .iter()
+        .filter_map(|k| k.default.map(|d| (k.env, d)))
+        .collect();
+    pairs.push(CLUSTER);
+    assert_eq!(load(&pairs).unwrap(), load(&[CLUSTER]).unwrap());
+}
+
+#[test]
+fn a_missing_cluster_name_fails_with_the_upstream_message() {
+    assert_eq!(
+        single(load(&[])),
+        "CLUSTER_NAME: cluster name must be specified"
+    );
+}
+
+#[test]
+fn a_string_knob_set_to_empty_is_used_and_fails_instead_of_defaulting() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("NAMESPACE", "")])),
+        "NAMESPACE: namespace must be specified"
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("CONTAINER", " ")])),
+        "CONTAINER: container must be specified"
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("LABEL_SELECTOR", "")])),
+        "LABEL_SELECTOR: label selector must be specified"
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("EXPORTER_TYPE", "")])),
+        "EXPORTER_TYPE: invalid exporter type"
+    );
+}
+
+#[test]
+fn a_typed_knob_set_to_empty_takes_its_default() {
+    let config = load(&[CLUSTER, ("WORKERS", ""), ("TIMEOUT", " "), ("QPS", "")]).unwrap();
+    assert_eq!(
+        (config.workers, config.timeout, config.qps),
+        (16, Duration::from_secs(30), 50.0)
+    );
+}
+
+#[test]
+fn a_malformed_typed_value_names_the_variable_the_value_and_the_rule() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("TIMEOUT", "abc")])),
+        r#"invalid duration for TIMEOUT="abc": not a duration (use forms like 30s, 1m)"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("WORKERS", "abc")])),
+        r#"invalid integer for WORKERS="abc": not an integer"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("QPS", "fast")])),
+        r#"invalid float for QPS="fast": not a number"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("LEADER_ELECTION", "yes")])),
+        r#"invalid boolean for LEADER_ELECTION="yes": not a boolean (use true or false)"#
+    );
+}
+
+#[test]
+fn all_problems_are_reported_together_in_validation_order() {
+    let all = messages(load(&[
+        ("WORKERS", "0"),
+        ("TIMEOUT", "x"),
+        ("SERVER_PORT", "80"),
+    ]));
+    assert_eq!(
+        all,
+        [
+            "CLUSTER_NAME: cluster name must be specified",
+            r#"WORKERS="0": workers must be > 0: got 0"#,
+            r#"invalid duration for TIMEOUT="x": not a duration (use forms like 30s, 1m)"#,
+            r#"SERVER_PORT="80": server port must be a valid integer between 1000 and 65535"#,
+        ]
+    );
+}
+
+#[test]
+fn workers_must_be_between_1_and_100() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("WORKERS", "-1")])),
+        r#"WORKERS="-1": workers must be > 0: got -1"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("WORKERS", "101")])),
+        r#"WORKERS="101": workers should not exceed 100 to prevent API server overload: got 101"#
+    );
+    assert_eq!(load(&[CLUSTER, ("WORKERS", "100")]).unwrap().workers, 100);
+    assert_eq!(load(&[CLUSTER, ("WORKERS", "1")]).unwrap().workers, 1);
+}
+
+#[test]
+fn timeout_must_be_positive_and_at_most_ten_minutes_reported_in_go_duration_form() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("TIMEOUT", "0")])),
+        r#"TIMEOUT="0": timeout must be > 0: got 0s"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("TIMEOUT", "601s")])),
+        r#"TIMEOUT="601s": timeout should not exceed 10 minutes to prevent resource leaks: got 10m1s"#
+    );
+    assert_eq!(
+        load(&[CLUSTER, ("TIMEOUT", "10m")]).unwrap().timeout,
+        Duration::from_secs(600)
+    );
+}
+
+#[test]
+fn a_negative_resync_is_rejected_and_zero_disables_it() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("RESYNC", "-1m")])),
+        r#"RESYNC="-1m": resync period must be >= 0 (0 disables periodic resync): got -1m0s"#
+    );
+    assert_eq!(
+        load(&[CLUSTER, ("RESYNC", "5m")]).unwrap().resync,
+        Duration::from_secs(300)
+    );
+}
+
+#[test]
+fn qps_must_be_positive_and_burst_at_least_qps() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("QPS", "0")])),
+        r#"QPS="0": qps must be > 0: got 0"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("BURST", "0")])),
+        r#"BURST="0": burst must be > 0: got 0"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("QPS", "200"), ("BURST", "150")])),
+        r#"BURST="150": burst (150) should be >= QPS (200) for proper rate limiting"#
+    );
+    let config = load(&[CLUSTER, ("QPS", "12.5"), ("BURST", "13")]).unwrap();
+    assert_eq!((config.qps, config.burst), (12.5, 13));
+}
+
+#[test]
+fn the_server_port_must_be_between_1000_and_65535() {
+    for bad in ["999", "65536", "-1"] {
+        assert!(single(load(&[CLUSTER, ("SERVER_PORT", bad)])).ends_with("between 1000 and 65535"));
+    }
+    assert_eq!(
+        load(&[CLUSTER, ("SERVER_PORT", "65535")])
+            .unwrap()
+            .server_port,
+        65535
+    );
+}
+
+#[test]
+fn log_levels_are_case_insensitive_and_unknown_levels_are_rejected() {
+    assert_eq!(
+        load(&[CLUSTER, ("LOG_LEVEL", " WARNING ")])
+            .unwrap()
+            .log_level,
+        LogLevel::Warn
+    );
+    assert_eq!(
+        load(&[CLUSTER, ("LOG_LEVEL", "Debug")]).unwrap().log_level,
+        LogLevel::Debug
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("LOG_LEVEL", "trace")])),
+        r#"invalid log level for LOG_LEVEL="trace": unknown log level (use debug, info, warn or error)"#
+    );
+}
+
+#[test]
+fn an_unknown_exporter_type_is_rejected_at_configuration_time() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("EXPORTER_TYPE", "kafka")])),
+        r#"EXPORTER_TYPE="kafka": unknown exporter type: kafka (use stdout, http, postgres or s3)"#
+    );
+}
+
+#[test]
+fn namespace_accepts_a_comma_separated_list_and_drops_duplicates() {
+    let config = load(&[
+        CLUSTER,
+        (
+            "NAMESPACE",
+            "gpu-operator, nvidia-device-plugin,gpu-operator",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(config.namespaces, ["gpu-operator", "nvidia-device-plugin"]);
+}
+
+#[test]
+fn namespace_lists_with_empty_or_invalid_names_are_rejected() {
+    assert!(single(load(&[CLUSTER, ("NAMESPACE", "a,,b")])).contains("empty namespace name"));
+    assert!(
+        single(load(&[CLUSTER, ("NAMESPACE", "GPU")]))
+            .contains(r#""GPU" is not a valid namespace name"#)
+    );
+}
+
+#[test]
+fn leader_election_needs_pod_name_and_ordered_durations_when_enabled() {
+    let all = messages(load(&[
+        CLUSTER,
+        ("LEADER_ELECTION", "true"),
+        ("LEASE_NAME", ""),
+        ("LEASE_RENEW_DEADLINE", "20s"),
+    ]));
+    assert_eq!(
+        all,
+        [
+            "LEASE_NAME: lease name must be specified when leader election is enabled",
+            "LEASE_DURATION: lease duration > renew deadline > retry period must hold: got lease=15s renew=20s retry=2s",
+            "POD_NAME: POD_NAME must be set (downward API) when leader election is enabled",
+        ]
+    );
+    let config = load(&[
+        CLUSTER,
+        ("LEADER_ELECTION", "TRUE"),
+        ("POD_NAME", "gpuid-0"),
+    ])
+    .unwrap();
+    assert!(config.leader_election.enabled);
+    assert_eq!(config.leader_election.pod_name.as_deref(), Some("gpuid-0"));
+}
+
+#[test]
+fn lease_settings_are_not_enforced_while_leader_election_is_off() {
+    let config = load(&[CLUSTER, ("LEASE_NAME", ""), ("LEASE_RENEW_DEADLINE", "20s")]).unwrap();
+    assert!(!config.leader_election.enabled);
+}
+
+#[test]
+fn a_flag_beats_the_environment_and_errors_name_the_flag() {
+    let vars = env(&[CLUSTER, ("WORKERS", "4")]);
+    let mut flags = BTreeMap::new();
+    flags.insert("workers".to_owned(), "8".to_owned());
+    flags.insert("--cluster-name".to_owned(), "from-flag".to_owned());
+    let config = Config::from_sources(&flags, |n| vars.get(n).cloned(), no_files).unwrap();
+    assert_eq!(
+        (config.workers, config.cluster_name.as_str()),
+        (8, "from-flag")
+    );
+
+    flags.insert("timeout".to_owned(), "soon".to_owned());
+    let errors = Config::from_sources(&flags, |n| vars.get(n).cloned(), no_files).unwrap_err();
+    assert_eq!(
+        errors.errors[0].message,
+        r#"invalid duration for --timeout="soon": not a duration (use forms like 30s, 1m)"#
+    );
+    assert_eq!(errors.errors[0].env, "TIMEOUT");
+}
+
+#[test]
+fn every_knob_can_be_set_by_its_flag() {
+    // A distinctive valid value per knob, given once as env and once as flag:
+    // the two configurations must be identical.
+    let values: Vec<(&Knob, &str)> = KNOBS
+        .iter()
+        .filter(|k| !k.env.ends_with("_FILE") && k.env != "POSTGRES_DSN")
+        .map(|k| {
+            let value = match k.env {
+                "EXPORTER_TYPE" => "postgres",
+                "NAMESPACE" | "LEASE_NAMESPACE" | "POD_NAMESPACE" => "ns-x",
+                "WORKERS" => "7",
+                "QPS" => "3",
+                "BURST" | "POSTGRES_PORT" => "9",
+                "SERVER_PORT" => "9090",
+                "LOG_LEVEL" => "error",
+                "LEADER_ELECTION" | "POSTGRES_AUTO_MIGRATE" | "S3_FORCE_PATH_STYLE" => "true",
+                "TIMEOUT" | "RESYNC" | "HTTP_TIMEOUT" => "45s",
+                "LEASE_DURATION" => "20s",
+                "LEASE_RENEW_DEADLINE" => "12s",
+                "LEASE_RETRY_PERIOD" => "3s",
+                "HTTP_ENDPOINT" | "S3_ENDPOINT" => "http://sink:9000",
+                "HTTP_HEADERS" => "X-Tenant=blue",
+                "POSTGRES_SSLMODE" => "disable",
+                "POSTGRES_TABLE" => "inv.gpu",
+                "S3_PARTITION_PATTERN" => "%Y/%m",
+                _ => "value-x",
+            };
+            (k, value)
+        })
+        .collect();
+    let vars: HashMap<String, String> = values
+        .iter()
+        .map(|(k, v)| (k.env.to_owned(), (*v).to_owned()))
+        .collect();
+    let from_env = Config::from_lookup(|n| vars.get(n).cloned(), no_files).unwrap();
+    let flags: BTreeMap<String, String> = values
+        .iter()
+        .map(|(k, v)| (k.flag.to_owned(), (*v).to_owned()))
+        .collect();
+    let from_flags = Config::from_sources(&flags, |_| None, no_files).unwrap();
+    assert_eq!(from_env, from_flags);
+    assert_eq!(from_flags.workers, 7);
+    assert!(matches!(from_flags.exporter, ExporterConfig::Postgres(_)));
+}
+
+#[test]
+fn an_unknown_flag_is_an_error() {
+    let mut flags = BTreeMap::new();
+    flags.insert("wrokers".to_owned(), "8".to_owned());
+    let vars = env(&[CLUSTER]);
+    let errors = Config::from_sources(&flags, |n| vars.get(n).cloned(), no_files).unwrap_err();
+    assert_eq!(errors.errors[0].message, "unknown flag --wrokers");
+}
+
+// ---- http exporter ----
+
+#[test]
+fn the_http_exporter_requires_an_http_or_https_endpoint_with_upstream_messages() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("EXPORTER_TYPE", "http")])),
+        "HTTP_ENDPOINT: HTTP configuration validation failed: HTTP endpoint URL is required"
+    );
+    assert_eq!(
+        single(load(&[
+            CLUSTER,
+            ("EXPORTER_TYPE", "http"),
+            ("HTTP_ENDPOINT", "collector:8080")
+        ])),
+        r#"HTTP_ENDPOINT="collector:8080": HTTP configuration validation failed: HTTP endpoint must be a valid HTTP/HTTPS URL"#
+    );
+}
+
+#[test]
+fn the_http_exporter_reads_timeout_token_and_headers() {
+    let config = load(&[
+        CLUSTER,
+        ("EXPORTER_TYPE", "http"),
+        ("HTTP_ENDPOINT", "https://sink.example/ingest"),
+        ("HTTP_TIMEOUT", "45s"),
+        ("HTTP_AUTH_TOKEN", "tok-123"),
+        ("HTTP_HEADERS", "X-Tenant=blue"),
+    ])
+    .unwrap();
+    let ExporterConfig::Http(http) = &config.exporter else {
+        panic!("not http: {config:?}")
+    };
+    assert_eq!(http.endpoint, "https://sink.example/ingest");
+    assert_eq!(http.timeout, Duration::from_secs(45));
+    assert_eq!(
+        http.auth_token.as_ref().map(Secret::expose),
+        Some("tok-123")
+    );
+    assert_eq!(http.headers[0].name, "X-Tenant");
+}
+
+#[test]
+fn a_malformed_exporter_knob_fails_even_when_another_exporter_is_selected() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("HTTP_TIMEOUT", "thirty")])),
+        r#"invalid duration for HTTP_TIMEOUT="thirty": not a duration (use forms like 30s, 1m)"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("POSTGRES_PORT", "five")])),
+        r#"invalid integer for POSTGRES_PORT="five": not an integer"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("S3_FORCE_PATH_STYLE", "maybe")])),
+        r#"invalid boolean for S3_FORCE_PATH_STYLE="maybe": not a boolean (use true or false)"#
+    );
+}
+
+#[test]
+fn a_zero_http_timeout_is_rejected_with_the_upstream_message() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("HTTP_TIMEOUT", "0s")])),
+        r#"HTTP_TIMEOUT="0s": HTTP configuration validation failed: timeout must be positive, got 0s"#
+    );
+}
+
+#[test]
+fn a_secret_can_come_from_a_file_with_its_trailing_newline_dropped() {
+    let config = load_with_files(
+        &[
+            CLUSTER,
+            ("EXPORTER_TYPE", "http"),
+            ("HTTP_ENDPOINT", "http://sink"),
+            ("HTTP_AUTH_TOKEN_FILE", "/var/run/secrets/token"),
+        ],
+        &[("/var/run/secrets/token", "from-file\n")],
+    )
+    .unwrap();
+    let ExporterConfig::Http(http) = config.exporter else {
+        panic!("not http")
+    };
+    assert_eq!(
+        http.auth_token.map(|t| t.expose().to_owned()).as_deref(),
+        Some("from-file")
+    );
+}
+
+#[test]
+fn a_secret_set_both_directly_and_by_file_is_an_error() {
+    assert_eq!(
+        single(load_with_files(
+            &[
+                CLUSTER,
+                ("HTTP_AUTH_TOKEN", "a"),
+                ("HTTP_AUTH_TOKEN_FILE", "/t")
+            ],
+            &[("/t", "b")]
+        )),
+        "HTTP_AUTH_TOKEN: set only one of HTTP_AUTH_TOKEN and HTTP_AUTH_TOKEN_FILE"
+    );
+}
+
+#[test]
+fn an_unreadable_or_empty_secret_file_names_the_file_variable() {
+    let message = single(load(&[CLUSTER, ("HTTP_AUTH_TOKEN_FILE", "/missing")]));
+    assert!(
+        message.starts_with(r#"HTTP_AUTH_TOKEN_FILE="/missing": cannot read the file:"#),
+        "{message}"
+    );
+    assert_eq!(
+        single(load_with_files(
+            &[CLUSTER, ("POSTGRES_PASSWORD_FILE", "/p")],
+            &[("/p", "\n")]
+        )),
+        r#"POSTGRES_PASSWORD_FILE="/p": the file is empty"#
+    );
+}
+
+#[test]
+fn secrets_never_appear_in_debug_output_or_error_messages() {
+    let config = load(&[
+        CLUSTER,
+        ("EXPORTER_TYPE", "postgres"),
+        ("POSTGRES_HOST", "db"),
+        ("POSTGRES_DB", "inv"),
+        ("POSTGRES_USER", "gpuid"),
+        ("POSTGRES_PASSWORD", "pw-SECRET-1"),
+        ("HTTP_AUTH_TOKEN", "tok-SECRET-2"),
+        ("HTTP_HEADERS", "X-Key=hdr-SECRET-3"),
+    ])
+    .unwrap();
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("SECRET"), "{debug}");
+    assert!(debug.contains("<redacted>"));
+
+    let errors = load(&[
+        CLUSTER,
+        ("HTTP_HEADERS", "X-Key=hdr-SECRET-3,broken"),
+        ("POSTGRES_DSN", "mysql://SECRET"),
+    ])
+    .unwrap_err();
+    let shown = format!("{errors} {errors:?}");
+    assert!(!shown.contains("SECRET"), "{shown}");
+    assert!(errors.mentions("HTTP_HEADERS") && errors.mentions("POSTGRES_DSN"));
+}
+
+// ---- postgres exporter ----
+
+#[test]
+fn the_postgres_exporter_requires_host_db_user_and_password_with_upstream_messages() {
+    assert_eq!(
+        messages(load(&[CLUSTER, ("EXPORTER_TYPE", "postgres")])),
+        [
+            "POSTGRES_HOST: postgres host is required (set POSTGRES_HOST or POSTGRES_DSN)",
+            "POSTGRES_DB: postgres database name is required (set POSTGRES_DB)",
+            "POSTGRES_USER: postgres user is required (set POSTGRES_USER)",
+            "POSTGRES_PASSWORD: postgres password is required (set POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE)",
+        ]
+    );
+}
+
+#[test]
+fn postgres_parameters_default_to_port_5432_sslmode_require_and_table_gpu() {
+    let config = load_with_files(
+        &[
+            CLUSTER,
+            ("EXPORTER_TYPE", "postgres"),
+            ("POSTGRES_HOST", "db"),
+            ("POSTGRES_DB", "inv"),
+            ("POSTGRES_USER", "gpuid"),
+            ("POSTGRES_PASSWORD_FILE", "/pw"),
+        ],
+        &[("/pw", "s3cret")],
+    )
+    .unwrap();
+    let ExporterConfig::Postgres(pg) = config.exporter else {
+        panic!("not postgres")
+    };
+    let PostgresConnection::Params {
+        host,
+        port,
+        dbname,
+        user,
+        password,
+        sslmode,
+    } = &pg.connection
+    else {
+        panic!("not params")
+    };
+    assert_eq!(
+        (host.as_str(), *port, dbname.as_str(), user.as_str()),
+        ("db", 5432, "inv", "gpuid")
+    );
+    assert_eq!((password.expose(), *sslmode), ("s3cret", SslMode::Require));
+    assert_eq!(
+        pg.table,
+        PostgresTable {
+            schema: None,
+            name: "gpu".into()
+        }
+    );
+    assert!(!pg.auto_migrate);
+}
+
+#[test]
+fn postgres_port_table_and_sslmode_are_validated() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("POSTGRES_PORT", "70000")])),
+        r#"POSTGRES_PORT="70000": postgres port must be between 1 and 65535, got 70000"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("POSTGRES_PORT", "0")])),
+        r#"POSTGRES_PORT="0": postgres port must be between 1 and 65535, got 0"#
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("POSTGRES_TABLE", "")])),
+        r#"POSTGRES_TABLE="": postgres table name cannot be empty"#
+    );
+    assert!(
+        single(load(&[CLUSTER, ("POSTGRES_TABLE", "gpu;drop")]))
+            .contains("contains invalid characters")
+    );
+    assert!(single(load(&[CLUSTER, ("POSTGRES_SSLMODE", "on")])).contains("not an sslmode"));
+}
+
+#[test]
+fn a_postgres_url_replaces_the_separate_parameters() {
+    let config = load(&[
+        CLUSTER,
+        ("EXPORTER_TYPE", "postgres"),
+        (
+            "POSTGRES_DSN",
+            "postgres://gpuid:pw@db:5432/inv?sslmode=disable",
+        ),
+        ("POSTGRES_AUTO_MIGRATE", "True"),
+    ])
+    .unwrap();
+    let ExporterConfig::Postgres(pg) = config.exporter else {
+        panic!("not postgres")
+    };
+    assert!(
+        matches!(&pg.connection, PostgresConnection::Dsn(dsn) if dsn.expose().ends_with("sslmode=disable"))
+    );
+    assert!(pg.auto_migrate);
+}
+
+#[test]
+fn a_postgres_url_combined_with_separate_parameters_is_rejected() {
+    assert_eq!(
+        single(load(&[
+            CLUSTER,
+            ("EXPORTER_TYPE", "postgres"),
+            ("POSTGRES_DSN", "postgres://db/inv"),
+            ("POSTGRES_HOST", "other"),
+        ])),
+        "POSTGRES_HOST: cannot be combined with POSTGRES_DSN; put it in the URL instead"
+    );
+}
+
+// ---- s3 exporter ----
+
+#[test]
+fn the_s3_exporter_requires_a_bucket_and_defaults_region_and_partition() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("EXPORTER_TYPE", "s3")])),
+        "S3_BUCKET: S3 configuration validation failed: S3 bucket name is required"
+    );
+    let config = load(&[
+        CLUSTER,
+        ("EXPORTER_TYPE", "s3"),
+        ("S3_BUCKET", "inv"),
+        ("S3_PREFIX", "/serials/"),
+    ])
+    .unwrap();
+    let ExporterConfig::S3(s3) = config.exporter else {
+        panic!("not s3")
+    };
+    assert_eq!(s3.bucket, "inv");
+    assert_eq!(s3.prefix, "serials");
+    assert_eq!(s3.region, "us-east-1");
+    assert_eq!(s3.partition_pattern, "year=%Y/month=%m/day=%d/hour=%H");
+    assert_eq!((s3.endpoint, s3.force_path_style), (None, false));
+}
+
+#[test]
+fn the_s3_exporter_accepts_a_custom_endpoint_with_path_style() {
+    let config = load(&[
+        CLUSTER,
+        ("EXPORTER_TYPE", "s3"),
+        ("S3_BUCKET", "inv"),
+        ("S3_ENDPOINT", "http://127.0.0.1:5000"),
+        ("S3_FORCE_PATH_STYLE", "true"),
+    ])
+    .unwrap();
+    let ExporterConfig::S3(s3) = config.exporter else {
+        panic!("not s3")
+    };
+    assert_eq!(s3.endpoint.as_deref(), Some("http://127.0.0.1:5000"));
+    assert!(s3.force_path_style);
+    assert!(
+        single(load(&[CLUSTER, ("S3_ENDPOINT", "minio:9000")]))
+            .contains("not an http:// or https:// URL")
+    );
+}
+
+#[test]
+fn a_blank_s3_region_fails_with_the_upstream_message() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("S3_REGION", "  ")])),
+        r#"S3_REGION="  ": S3 configuration validation failed: AWS region is required"#
+    );
+}
+
+#[test]
+fn the_error_list_renders_as_one_readable_block() {
+    let errors = load(&[("WORKERS", "0")]).unwrap_err();
+    assert_eq!(
+        errors.to_string(),
+        "invalid configuration (2 problems):\n  - CLUSTER_NAME: cluster name must be specified\n  - WORKERS=\"0\": workers must be > 0: got 0"
+    );
+}
