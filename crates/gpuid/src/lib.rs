@@ -7,4 +7,6 @@
 //! file system or the clock: file contents, environment and time are passed in.
 
 pub mod config;
+pub mod inventory;
+pub mod record;
 pub mod smi;

@@ -61,7 +61,7 @@ pub enum MigMode {
 
 /// One GPU of an `nvidia-smi -q -x` document. Absent values are `None`;
 /// serials and other identifiers stay strings (some serials start with `0`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SmiGpu {
     /// Position in the document. nvidia-smi lists GPUs in its own index order
     /// (the `-i` index), which is not the minor number and may change at boot.
