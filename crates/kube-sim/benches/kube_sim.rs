@@ -1,1 +1,226 @@
-fn main() {}
+//! kube-sim benchmarks: write throughput (in-process and loopback HTTP, with
+//! a watcher attached), watch fan-out latency, and memory per stored object.
+//!
+//! Run with `cargo bench -p kube-sim` (all) or `cargo bench -p kube-sim -- NAME`
+//! where NAME is one of `memory`, `writes`, `fanout`. Rows print as Markdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+use kube_sim::KubeSim;
+
+fn configmap(name: &str, payload: &str) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.to_string());
+    cm.data = Some([("payload".to_string(), payload.to_string())].into());
+    cm
+}
+
+fn rss_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// 100,000 ConfigMaps of about 1 KiB each, created through the in-process client.
+async fn memory() {
+    let before = rss_kib("VmRSS:");
+    let sim = KubeSim::builder().start().await.expect("start");
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let payload = "x".repeat(1000);
+    let count = 100_000;
+    let started = Instant::now();
+    let writers = 2;
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let api = api.clone();
+        let payload = payload.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..count).step_by(writers) {
+                api.create(
+                    &PostParams::default(),
+                    &configmap(&format!("cm-{i:06}"), &payload),
+                )
+                .await
+                .expect("create");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("writer");
+    }
+    let elapsed = started.elapsed();
+    let after = rss_kib("VmRSS:");
+    let peak = rss_kib("VmHWM:");
+    let held_mib = (after.saturating_sub(before)) as f64 / 1024.0;
+    println!(
+        "| memory: 100,000 ConfigMaps of ~1 KiB (default watch history 10,000 events) | RSS {:.0} MiB total, {:.0} MiB added, peak {:.0} MiB | target < 400 MB | loaded in {:.1} s |",
+        after as f64 / 1024.0,
+        held_mib,
+        peak as f64 / 1024.0,
+        elapsed.as_secs_f64()
+    );
+    sim.shutdown().await;
+}
+
+/// One writer creating ConfigMaps back to back while one watcher follows.
+async fn writes(client: kube::Client, label: &str, count: usize) -> f64 {
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let seen = Arc::new(AtomicUsize::new(0));
+    let watcher = {
+        let api = api.clone();
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let mut stream = api
+                .watch(&WatchParams::default().timeout(120), "0")
+                .await
+                .expect("watch")
+                .boxed();
+            while let Some(event) = stream.next().await {
+                if let Ok(WatchEvent::Added(_)) = event {
+                    if seen.fetch_add(1, Ordering::Relaxed) + 1 == count {
+                        break;
+                    }
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    for i in 0..count {
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("{label}-{i:06}"), "v"),
+        )
+        .await
+        .expect("create");
+    }
+    let elapsed = started.elapsed();
+    let _ = tokio::time::timeout(Duration::from_secs(30), watcher).await;
+    assert_eq!(
+        seen.load(Ordering::Relaxed),
+        count,
+        "the watcher saw every write"
+    );
+    count as f64 / elapsed.as_secs_f64()
+}
+
+async fn write_throughput() {
+    let sim = KubeSim::builder().start().await.expect("start");
+    let rate = writes(sim.client(), "inproc", 40_000).await;
+    println!(
+        "| writes in-process (one writer, one watcher, 40,000 creates) | {rate:.0} writes/s | target >= 20,000/s |"
+    );
+    let http = sim.http_client().expect("http client");
+    let rate = writes(http, "http", 20_000).await;
+    println!(
+        "| writes over loopback HTTP (one writer, one watcher, 20,000 creates) | {rate:.0} writes/s | target >= 5,000/s |"
+    );
+    sim.shutdown().await;
+}
+
+/// 100 watchers follow a stream of 1,000 writes/s; delivery latency is the
+/// time from the write's start to each watcher decoding the event.
+async fn fanout() {
+    let sim = KubeSim::builder().start().await.expect("start");
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let watchers = 100;
+    let events = 5_000;
+    let origin = Instant::now();
+    let rv = sim.resource_version().to_string();
+    let mut handles = Vec::new();
+    for _ in 0..watchers {
+        let api = api.clone();
+        let rv = rv.clone();
+        handles.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(events);
+            let mut stream = api
+                .watch(&WatchParams::default().timeout(300), &rv)
+                .await
+                .expect("watch")
+                .boxed();
+            while let Some(event) = stream.next().await {
+                if let Ok(WatchEvent::Added(cm)) = event {
+                    let sent: u64 = cm
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("sent-us"))
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    let now = origin.elapsed().as_micros() as u64;
+                    latencies.push(now.saturating_sub(sent));
+                    if latencies.len() == events {
+                        break;
+                    }
+                }
+            }
+            latencies
+        }));
+    }
+    // Let every watch connect before the stream starts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for i in 0..events {
+        tick.tick().await;
+        let sent = origin.elapsed().as_micros().to_string();
+        let mut cm = configmap(&format!("fan-{i:06}"), "v");
+        cm.data
+            .get_or_insert_default()
+            .insert("sent-us".into(), sent);
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+    let write_rate = events as f64 / started.elapsed().as_secs_f64();
+    let mut all = Vec::new();
+    let mut complete = 0;
+    for h in handles {
+        let lat = h.await.expect("watcher");
+        if lat.len() == events {
+            complete += 1;
+        }
+        all.extend(lat);
+    }
+    all.sort_unstable();
+    let pct = |p: f64| all[((all.len() as f64 - 1.0) * p) as usize] as f64 / 1000.0;
+    println!(
+        "| watch fan-out: {watchers} watchers, {events} events at {write_rate:.0} writes/s | {complete}/{watchers} watchers got every event; delivery p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms | target p99 < 10 ms |",
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
+    sim.shutdown().await;
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!("| benchmark | result | target | notes |\n|---|---|---|---|");
+    // Memory first, so the other runs' allocations do not inflate it.
+    if wanted("memory") {
+        runtime.block_on(memory());
+    }
+    if wanted("writes") {
+        runtime.block_on(write_throughput());
+    }
+    if wanted("fanout") {
+        runtime.block_on(fanout());
+    }
+}

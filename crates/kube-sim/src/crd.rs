@@ -3,9 +3,47 @@
 
 use serde_json::{Value, json};
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::apply::ListTypes;
 use crate::error::Cause;
 use crate::names::{self, NameRule};
-use crate::resources::{ResourceType, StatusOnCreate, version_priority};
+use crate::resources::{ResourceType, StatusOnCreate, TypeSchemas, version_priority};
+use crate::schema::{CompiledSchema, SchemaError};
+
+/// Compiles every version's `openAPIV3Schema`; errors are causes under
+/// `spec.versions[i].schema.`.
+fn compile_schemas(crd: &Value) -> (BTreeMap<String, Arc<CompiledSchema>>, Vec<Cause>) {
+    let mut compiled = BTreeMap::new();
+    let mut causes = Vec::new();
+    let versions = crd.pointer("/spec/versions").and_then(Value::as_array);
+    for (i, v) in versions.into_iter().flatten().enumerate() {
+        let name = v.get("name").and_then(Value::as_str).unwrap_or_default();
+        let Some(schema) = v.pointer("/schema/openAPIV3Schema") else {
+            causes.push(Cause::required(
+                format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                "schemas are required",
+            ));
+            continue;
+        };
+        match CompiledSchema::compile(schema) {
+            Ok(c) => {
+                compiled.insert(name.to_string(), Arc::new(c));
+            }
+            Err(SchemaError::Invalid(errors)) => {
+                for e in errors {
+                    causes.push(Cause {
+                        reason: e.kind.cause_type().to_string(),
+                        message: e.body(),
+                        field: format!("spec.versions[{i}].schema.{}", e.field),
+                    });
+                }
+            }
+        }
+    }
+    (compiled, causes)
+}
 
 fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
     value
@@ -105,6 +143,7 @@ pub fn validate(crd: &Value) -> Vec<Cause> {
                 ));
             }
         }
+        causes.extend(compile_schemas(crd).1);
     }
     causes
 }
@@ -139,7 +178,21 @@ pub fn resource_type(crd: &Value) -> ResourceType {
         }
     }
     served.sort_by(|a, b| version_priority(a, b));
+    let storage_schema = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(storage_version.as_str()))
+        .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let schemas = TypeSchemas {
+        list_types: Arc::new(ListTypes::from_crd_schema(&storage_schema)),
+        by_version: compile_schemas(crd).0,
+    };
     ResourceType {
+        schemas,
         group,
         versions: served,
         storage_version,

@@ -173,12 +173,20 @@ impl ApiError {
     /// 422 with one cause per field, worded like kube-apiserver:
     /// `ConfigMap "x" is invalid: metadata.name: Invalid value: ...`.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let lines: Vec<String> = causes.iter().map(Cause::line).collect();
+        let mut lines: Vec<String> = causes.iter().map(Cause::line).collect();
+        lines.dedup();
         let summary = match lines.as_slice() {
             [one] => one.clone(),
             many => format!("[{}]", many.join(", ")),
         };
-        let message = format!("{kind} \"{name}\" is invalid: {summary}");
+        // The message names the kind qualified by its group, as the real
+        // server prints it (`Lease.coordination.k8s.io "x" is invalid`).
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let message = format!("{qualified} \"{name}\" is invalid: {summary}");
         let causes_json: Vec<Value> = causes
             .iter()
             .map(|c| json!({ "reason": c.reason, "message": c.message, "field": c.field }))

@@ -16,18 +16,30 @@
 //! # Ok(()) }
 //! ```
 
+pub mod apply;
 mod crd;
 mod error;
+// exec + kubelet: simulated pods/exec and KWOK-like kubelet/scheduler
+pub mod exec;
 mod http;
+pub mod kubelet;
+mod metrics;
 mod names;
 mod object;
 mod patch;
 mod resources;
+pub mod schema;
 mod selector;
 mod server;
 mod store;
 mod validate;
 
 pub use error::ApiError;
+// faults: fault injection API (http/faults.rs)
+pub use http::faults::{Fault, FaultAction, FaultError, FaultStatus, Faults, Verb};
+pub use metrics::Metrics;
 pub use server::{Error, KubeSim, KubeSimBuilder, kubeconfig_yaml};
 pub use store::Stats;
+// exec + kubelet
+pub use exec::{ExecHandlers, ExecMatcher, ExecOutput, ExecRequest};
+pub use kubelet::KubeletConfig;

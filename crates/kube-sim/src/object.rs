@@ -24,6 +24,8 @@ pub struct StoredObject {
     pub fields: Vec<String>,
     pub deleting: bool,
     pub has_finalizers: bool,
+    /// `(owner uid, blockOwnerDeletion)` for each ownerReference.
+    pub owners: Vec<(String, bool)>,
 }
 
 impl StoredObject {
@@ -52,6 +54,20 @@ impl StoredObject {
             .map(|path| field_value(value, path))
             .collect();
         let rv = text("resourceVersion").parse().unwrap_or(0);
+        let owners = meta
+            .and_then(|m| m.get("ownerReferences"))
+            .and_then(Value::as_array)
+            .map(|refs| {
+                refs.iter()
+                    .filter_map(|r| {
+                        let uid = r.get("uid")?.as_str()?.to_string();
+                        let block =
+                            r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true);
+                        Some((uid, block))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(Self {
             namespace: text("namespace"),
             name: text("name"),
@@ -65,6 +81,7 @@ impl StoredObject {
                 .and_then(|m| m.get("finalizers"))
                 .and_then(Value::as_array)
                 .is_some_and(|f| !f.is_empty()),
+            owners,
         })
     }
 

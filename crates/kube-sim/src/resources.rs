@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::apply::ListTypes;
 use crate::names::NameRule;
+use crate::schema::CompiledSchema;
 
 /// Identifies storage: all versions of a resource share one set of objects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,6 +29,14 @@ pub enum StatusOnCreate {
 /// Built-in kinds are checked by decoding into their k8s-openapi type and
 /// re-encoding, which also drops unknown fields as the real server does.
 pub type Normalizer = fn(Value) -> Result<Value, serde_json::Error>;
+
+/// How a kind's objects merge (SSA, SMP) and, for CRDs, the compiled
+/// structural schema of each served version.
+#[derive(Debug, Clone, Default)]
+pub struct TypeSchemas {
+    pub list_types: Arc<ListTypes>,
+    pub by_version: BTreeMap<String, Arc<CompiledSchema>>,
+}
 
 /// One served kind, at one group.
 #[derive(Debug, Clone)]
@@ -52,6 +62,7 @@ pub struct ResourceType {
     pub extra_fields: &'static [&'static str],
     /// True for kinds served from a CRD.
     pub custom: bool,
+    pub schemas: TypeSchemas,
 }
 
 impl ResourceType {
@@ -80,6 +91,10 @@ impl ResourceType {
 
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
+    }
+
+    pub fn schema(&self, version: &str) -> Option<&CompiledSchema> {
+        self.schemas.by_version.get(version).map(|s| s.as_ref())
     }
 
     /// Every field a field selector may name for this kind.
@@ -315,6 +330,20 @@ pub fn builtin_types() -> Vec<ResourceType> {
     builtins()
         .into_iter()
         .map(|b| ResourceType {
+            schemas: TypeSchemas {
+                list_types: Arc::new(
+                    ListTypes::builtin(
+                        &if b.group.is_empty() {
+                            b.version.to_string()
+                        } else {
+                            format!("{}/{}", b.group, b.version)
+                        },
+                        b.kind,
+                    )
+                    .unwrap_or_else(ListTypes::generic_builtin),
+                ),
+                by_version: BTreeMap::new(),
+            },
             group: b.group.into(),
             versions: vec![b.version.into()],
             storage_version: b.version.into(),

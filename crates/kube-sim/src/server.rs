@@ -29,6 +29,9 @@ pub struct KubeSimBuilder {
     config: StoreConfig,
     port: u16,
     default_namespace: String,
+    // exec + kubelet
+    exec_handlers: crate::exec::ExecHandlers,
+    kubelet: crate::kubelet::KubeletConfig,
 }
 
 impl Default for KubeSimBuilder {
@@ -37,6 +40,9 @@ impl Default for KubeSimBuilder {
             config: StoreConfig::default(),
             port: 0,
             default_namespace: "default".into(),
+            // exec + kubelet
+            exec_handlers: Default::default(),
+            kubelet: Default::default(),
         }
     }
 }
@@ -73,15 +79,46 @@ impl KubeSimBuilder {
         self
     }
 
+    // exec + kubelet: builder options
+    /// Registers an exec handler before start (see [`crate::exec`]).
+    pub fn exec_handler(
+        self,
+        matcher: crate::exec::ExecMatcher,
+        handler: impl crate::exec::ExecHandler,
+    ) -> Self {
+        self.exec_handlers.register(matcher, handler);
+        self
+    }
+
+    /// Settings of the simulated kubelet and scheduler;
+    /// [`crate::KubeletConfig::disabled`] turns them off.
+    pub fn kubelet(mut self, config: crate::kubelet::KubeletConfig) -> Self {
+        self.kubelet = config;
+        self
+    }
+    // end exec + kubelet
+
     /// Starts serving on 127.0.0.1 and builds the in-process client.
     /// Must be called inside a Tokio runtime.
     pub async fn start(self) -> Result<KubeSim, Error> {
         let store = Store::new(self.config);
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let faults = Arc::new(crate::http::faults::Faults::new(metrics.clone()));
         let state = AppState {
             store: store.clone(),
             server_address: Default::default(),
+            faults: faults.clone(),
+            metrics: metrics.clone(),
         };
-        let app = router(state.clone());
+        let app = router(state.clone())
+            // exec + kubelet: pods/exec and pods/binding routes
+            .merge(crate::exec::endpoint::routes(
+                crate::exec::endpoint::ExecState {
+                    store: store.clone(),
+                    handlers: self.exec_handlers.clone(),
+                },
+            ))
+            .merge(crate::kubelet::binding::routes(store.clone()));
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let listener = TcpListener::bind(addr)
             .await
@@ -99,12 +136,17 @@ impl KubeSimBuilder {
             }
         });
         let client = kube::Client::new(app, self.default_namespace.clone());
+        // exec + kubelet: the simulated kubelet and scheduler use the in-process client
+        crate::kubelet::spawn(client.clone(), self.kubelet, store.shutdown.clone());
         tracing::debug!(url = %format!("http://{local}"), "kube-sim started");
         Ok(KubeSim {
             store,
             client,
             addr: local,
             server: Some(server),
+            faults,
+            metrics,
+            exec_handlers: self.exec_handlers,
         })
     }
 }
@@ -115,6 +157,10 @@ pub struct KubeSim {
     client: kube::Client,
     addr: SocketAddr,
     server: Option<JoinHandle<()>>,
+    faults: Arc<crate::http::faults::Faults>,
+    metrics: Arc<crate::metrics::Metrics>,
+    // exec + kubelet
+    exec_handlers: crate::exec::ExecHandlers,
 }
 
 impl KubeSim {
@@ -160,6 +206,22 @@ impl KubeSim {
     /// What the server has done so far (writes, lists, watches, 410s sent).
     pub fn stats(&self) -> &Stats {
         &self.store.stats
+    }
+
+    /// Fault injection for this instance (also at `/sim/faults`).
+    pub fn faults(&self) -> &crate::http::faults::Faults {
+        &self.faults
+    }
+
+    /// Request and fault counters (also at `/metrics`).
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    // exec + kubelet
+    /// The exec handlers answering `pods/exec`; register more at any time.
+    pub fn exec_handlers(&self) -> &crate::exec::ExecHandlers {
+        &self.exec_handlers
     }
 
     /// Stops serving: open watches end, the listener closes.

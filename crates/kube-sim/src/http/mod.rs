@@ -2,9 +2,12 @@
 //! `kube::Client` service or served on a loopback port.
 
 pub mod discovery;
+pub mod faults;
+mod openapi;
 mod path;
 mod protobuf;
 mod query;
+mod table;
 
 use std::sync::Arc;
 
@@ -29,6 +32,9 @@ pub struct AppState {
     pub store: Arc<Store>,
     /// `host:port` reported in `/api`; empty until a listener is bound.
     pub server_address: Arc<parking_lot::RwLock<String>>,
+    /// Fault rules applied in front of the Kubernetes routes (faults.rs).
+    pub faults: Arc<faults::Faults>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -42,7 +48,25 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(|| async { "ok" }))
         .route("/api", get(core_versions))
         .route("/apis", get(group_list))
+        // kubectl parity and fault injection (openapi.rs, faults.rs)
+        .route("/openapi/v3", get(openapi::index))
+        .route("/openapi/v3/{*group_version}", get(openapi::group_version))
+        .route("/metrics", get(faults::metrics))
+        .route(
+            "/sim/faults",
+            get(faults::list_faults)
+                .post(faults::add_fault)
+                .delete(faults::clear_faults),
+        )
+        .route(
+            "/sim/faults/{id}",
+            axum::routing::delete(faults::remove_fault),
+        )
         .fallback(dispatch)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            faults::layer,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -80,7 +104,8 @@ async fn dispatch(
     body: Bytes,
 ) -> Response {
     match handle(&state, &method, &uri, &headers, body).await {
-        Ok(response) => response,
+        // Table answers for kubectl get (table.rs)
+        Ok(response) => table::convert(&state.store, &method, &uri, &headers, response).await,
         Err(err) => err.into_response(),
     }
 }
@@ -196,7 +221,8 @@ fn collection(
                 return Err(ApiError::method_not_allowed());
             }
             let value = request_object(headers, &body)?;
-            let created = store.create(rt, &target.version, ns, value, query.dry_run)?;
+            let params = query.write_params(user_agent(headers));
+            let created = store.create(rt, &target.version, ns, value, &params)?;
             Ok(bytes_response(
                 StatusCode::CREATED,
                 Store::render(rt, &target.version, &created),
@@ -233,10 +259,17 @@ fn delete_options(body: &[u8], query: &query::Query) -> Result<DeleteOptions, Ap
     let mut opts = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        DeleteOptions::from_body(&parse_body(body)?)
+        DeleteOptions::from_body(&parse_body(body)?)?
     };
-    opts.dry_run |= query.dry_run;
+    query.apply_delete_params(&mut opts)?;
     Ok(opts)
+}
+
+fn user_agent(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
 }
 
 fn object(
@@ -252,6 +285,7 @@ fn object(
     let ns = target.namespace.as_deref();
     let name = target.name.as_deref().unwrap_or_default();
     let version = &target.version;
+    let params = query.write_params(user_agent(headers));
     let respond = |obj: Arc<crate::object::StoredObject>, code: StatusCode| {
         Ok(bytes_response(code, Store::render(rt, version, &obj)))
     };
@@ -260,7 +294,7 @@ fn object(
         Method::PUT => {
             let value = request_object(headers, &body)?;
             respond(
-                store.update(rt, version, ns, name, value, sub, query.dry_run)?,
+                store.update(rt, version, ns, name, value, sub, &params)?,
                 StatusCode::OK,
             )
         }
@@ -276,7 +310,7 @@ fn object(
                 )
             })?;
             respond(
-                store.patch(rt, version, ns, name, kind, &body, sub, query.dry_run)?,
+                store.patch(rt, version, ns, name, kind, &body, sub, &params)?,
                 StatusCode::OK,
             )
         }

@@ -7,12 +7,16 @@ use serde_json::Value;
 use crate::error::{ApiError, Cause};
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{ListOptions, WatchOptions};
+use crate::store::{DeleteOptions, ListOptions, Propagation, WatchOptions, WriteParams};
 
 #[derive(Debug, Default)]
 pub struct Query {
     pub watch: bool,
     pub dry_run: bool,
+    pub field_manager: Option<String>,
+    pub force: Option<bool>,
+    pub grace_period_seconds: Option<String>,
+    pub propagation_policy: Option<String>,
     label_selector: Option<String>,
     field_selector: Option<String>,
     limit: Option<String>,
@@ -38,6 +42,29 @@ fn invalid(field: &str, value: &str, detail: &str) -> ApiError {
 }
 
 impl Query {
+    pub fn write_params(&self, user_agent: &str) -> WriteParams {
+        WriteParams {
+            dry_run: self.dry_run,
+            field_manager: self.field_manager.clone(),
+            force: self.force,
+            user_agent: user_agent.to_string(),
+        }
+    }
+
+    /// Query parameters of a DELETE override its body, as on the real server.
+    pub fn apply_delete_params(&self, opts: &mut DeleteOptions) -> Result<(), ApiError> {
+        opts.dry_run |= self.dry_run;
+        if let Some(text) = &self.grace_period_seconds {
+            opts.grace_period_seconds = Some(text.parse().map_err(|_| {
+                ApiError::bad_request(format!("gracePeriodSeconds: invalid value {text:?}"))
+            })?);
+        }
+        if let Some(policy) = &self.propagation_policy {
+            opts.propagation = Some(Propagation::parse(policy)?);
+        }
+        Ok(())
+    }
+
     pub fn parse(raw: &str) -> Self {
         let mut q = Query::default();
         for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
@@ -45,6 +72,10 @@ impl Query {
             match key.as_ref() {
                 "watch" => q.watch = truthy(&value),
                 "dryRun" => q.dry_run = value == "All",
+                "fieldManager" => q.field_manager = Some(value),
+                "force" => q.force = Some(truthy(&value)),
+                "gracePeriodSeconds" => q.grace_period_seconds = Some(value),
+                "propagationPolicy" => q.propagation_policy = Some(value),
                 "labelSelector" => q.label_selector = Some(value),
                 "fieldSelector" => q.field_selector = Some(value),
                 "limit" => q.limit = Some(value),

@@ -5,11 +5,12 @@
 //! commit order and every watcher sees the same sequence.
 
 mod crds;
+mod delete;
 mod list;
 mod watch;
 mod write;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -19,9 +20,10 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use delete::{DeleteOptions, Propagation};
 pub use list::{ListOptions, ListPage};
 pub use watch::WatchOptions;
-pub use write::{DeleteOptions, Subresource};
+pub use write::{Subresource, WriteParams};
 
 use crate::error::ApiError;
 use crate::object::{ObjectKey, StoredObject};
@@ -36,6 +38,10 @@ pub struct StoreConfig {
     pub bookmark_interval: Duration,
     /// How long a paged list's snapshot stays available to `continue` tokens.
     pub snapshot_ttl: Duration,
+    /// Pods bound to a node are deleted gracefully (deletionTimestamp plus
+    /// grace period) and removed by the kubelet, as in a real cluster. Off
+    /// when no simulated kubelet runs, so deletions complete at once.
+    pub graceful_pod_deletion: bool,
 }
 
 impl Default for StoreConfig {
@@ -44,6 +50,7 @@ impl Default for StoreConfig {
             history_per_resource: 10_000,
             bookmark_interval: Duration::from_secs(60),
             snapshot_ttl: Duration::from_secs(300),
+            graceful_pod_deletion: true,
         }
     }
 }
@@ -107,6 +114,11 @@ pub(crate) struct State {
     /// events (the DELETED events of the CRD's objects).
     retired: Vec<(GroupResource, ResourceStore)>,
     next_epoch: u64,
+    graceful_pod_deletion: bool,
+    /// Where each object lives, by uid (owners are referenced by uid).
+    by_uid: HashMap<String, (GroupResource, ObjectKey)>,
+    /// Dependents of each owner uid, for garbage collection.
+    dependents: HashMap<String, BTreeSet<(GroupResource, ObjectKey)>>,
 }
 
 /// Counters a test or benchmark can read to see what the server did.
@@ -143,6 +155,9 @@ impl Store {
                 resources,
                 retired: Vec::new(),
                 next_epoch: 1,
+                graceful_pod_deletion: config.graceful_pod_deletion,
+                by_uid: HashMap::new(),
+                dependents: HashMap::new(),
             }),
             snapshots: Mutex::new(list::Snapshots::default()),
             config,
@@ -165,7 +180,14 @@ impl Store {
                 "metadata": {"name": name},
             });
             // The built-in namespaces are valid by construction.
-            let _ = state.create(&rt, "v1", None, body, false);
+            let _ = state.create(
+                &rt,
+                "v1",
+                None,
+                body,
+                &WriteParams::system(),
+                write::Ownership::Record,
+            );
         }
     }
 
@@ -254,22 +276,67 @@ impl State {
                 store.objects.remove(&key);
             }
             _ => {
-                store.objects.insert(key, object.clone());
+                store.objects.insert(key.clone(), object.clone());
             }
         }
+        let store_limit = limit;
         let rv = object.rv;
+        let (old_owners, new_owners) = (
+            previous
+                .as_ref()
+                .map(|p| p.owners.clone())
+                .unwrap_or_default(),
+            if change == ChangeType::Deleted {
+                Vec::new()
+            } else {
+                object.owners.clone()
+            },
+        );
         store.history.push_back(Arc::new(Change {
             rv,
             change,
             object,
             previous,
         }));
-        while store.history.len() > limit.max(1) {
+        while store.history.len() > store_limit.max(1) {
             if let Some(evicted) = store.history.pop_front() {
                 store.compacted_rv = evicted.rv;
             }
         }
         store.notify.send_replace(rv);
+        self.index_owners(gr, &key, &old_owners, &new_owners);
+        if let Some(last) = self.resources.get(gr).and_then(|r| r.history.back()) {
+            let uid = last.object.uid.clone();
+            if change == ChangeType::Deleted {
+                self.by_uid.remove(&uid);
+            } else if !uid.is_empty() {
+                self.by_uid.insert(uid, (gr.clone(), key));
+            }
+        }
+    }
+
+    fn index_owners(
+        &mut self,
+        gr: &GroupResource,
+        key: &ObjectKey,
+        old: &[(String, bool)],
+        new: &[(String, bool)],
+    ) {
+        let entry = (gr.clone(), key.clone());
+        for (uid, _) in old {
+            if let Some(set) = self.dependents.get_mut(uid) {
+                set.remove(&entry);
+                if set.is_empty() {
+                    self.dependents.remove(uid);
+                }
+            }
+        }
+        for (uid, _) in new {
+            self.dependents
+                .entry(uid.clone())
+                .or_default()
+                .insert(entry.clone());
+        }
     }
 }
 

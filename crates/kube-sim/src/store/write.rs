@@ -1,6 +1,7 @@
-//! Create, update, patch and delete, with the server-side rules of
-//! kube-apiserver: server-owned metadata, optimistic concurrency, generation,
-//! the status subresource, finalizers and graceful namespace teardown.
+//! Create, update and patch (merge, JSON, strategic, server-side apply), with
+//! the server-side rules of kube-apiserver: server-owned metadata, optimistic
+//! concurrency, generation, the status subresource, custom-resource schemas
+//! (pruning, defaults, validation, CEL) and managedFields.
 
 use std::sync::Arc;
 
@@ -8,8 +9,9 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use super::{ChangeType, State, Store};
+use crate::apply::{self, ApplyError, SmpError, WriteContext};
 use crate::crd;
-use crate::error::ApiError;
+use crate::error::{ApiError, Cause};
 use crate::object::{StoredObject, finalizers, meta_str, metadata_mut, now_rfc3339};
 use crate::patch::{self, PatchKind};
 use crate::resources::{ResourceType, StatusOnCreate};
@@ -22,33 +24,43 @@ pub enum Subresource {
     Status,
 }
 
-/// The parts of `meta.k8s.io/v1 DeleteOptions` kube-sim honours.
+/// Request parameters every write carries.
 #[derive(Debug, Clone, Default)]
-pub struct DeleteOptions {
-    pub precondition_uid: Option<String>,
-    pub precondition_rv: Option<String>,
+pub struct WriteParams {
     pub dry_run: bool,
+    pub field_manager: Option<String>,
+    /// `force` as given; `Some(false)` still counts as given.
+    pub force: Option<bool>,
+    pub user_agent: String,
 }
 
-impl DeleteOptions {
-    pub fn from_body(body: &Value) -> Self {
-        let pre = |k: &str| {
-            body.pointer(&format!("/preconditions/{k}"))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
+impl WriteParams {
+    /// Writes kube-sim makes itself (built-in namespaces, garbage collection).
+    pub fn system() -> Self {
         Self {
-            precondition_uid: pre("uid"),
-            precondition_rv: pre("resourceVersion"),
-            dry_run: body
-                .get("dryRun")
-                .and_then(Value::as_array)
-                .is_some_and(|d| !d.is_empty()),
+            field_manager: Some("kube-sim".into()),
+            ..Self::default()
+        }
+    }
+
+    /// The manager a non-apply write is recorded under: `fieldManager`, or
+    /// the client's name from its User-Agent, as the real server does.
+    fn manager(&self) -> String {
+        match &self.field_manager {
+            Some(m) if !m.is_empty() => m.clone(),
+            _ => apply::manager_from_user_agent(&self.user_agent),
         }
     }
 }
 
-const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+/// Whether a write still needs its managedFields entry, or already has it
+/// (server-side apply computes ownership itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ownership {
+    Record,
+    Applied,
+}
+
 const GENERATE_NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 fn random_suffix() -> String {
@@ -59,6 +71,26 @@ fn random_suffix() -> String {
         .collect()
 }
 
+fn apply_error(e: ApplyError) -> ApiError {
+    ApiError {
+        code: e.code(),
+        reason: e.reason(),
+        message: e.to_string(),
+        details: e.to_status().get("details").cloned(),
+        retry_after: None,
+    }
+}
+
+fn smp_error(e: SmpError) -> ApiError {
+    ApiError {
+        code: e.code(),
+        reason: e.reason(),
+        message: e.to_string(),
+        details: None,
+        retry_after: None,
+    }
+}
+
 impl Store {
     pub fn create(
         &self,
@@ -66,12 +98,15 @@ impl Store {
         version: &str,
         namespace: Option<&str>,
         body: Value,
-        dry_run: bool,
+        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        let result = self
-            .state
-            .lock()
-            .create(rt, version, namespace, body, dry_run);
+        if let Some(manager) = &params.field_manager {
+            apply::validate_field_manager(manager).map_err(apply_error)?;
+        }
+        let result =
+            self.state
+                .lock()
+                .create(rt, version, namespace, body, params, Ownership::Record);
         self.count_write(&result);
         result
     }
@@ -85,12 +120,21 @@ impl Store {
         name: &str,
         body: Value,
         sub: Subresource,
-        dry_run: bool,
+        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        let result = self
-            .state
-            .lock()
-            .update(rt, version, namespace, name, body, sub, dry_run);
+        if let Some(manager) = &params.field_manager {
+            apply::validate_field_manager(manager).map_err(apply_error)?;
+        }
+        let result = self.state.lock().update(
+            rt,
+            version,
+            namespace,
+            name,
+            body,
+            sub,
+            params,
+            Ownership::Record,
+        );
         self.count_write(&result);
         result
     }
@@ -105,53 +149,23 @@ impl Store {
         kind: PatchKind,
         body: &[u8],
         sub: Subresource,
-        dry_run: bool,
+        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        let mut state = self.state.lock();
-        let current = state.existing(rt, namespace, name)?;
-        let mut doc = current.value();
-        if version != rt.storage_version {
-            doc["apiVersion"] = Value::String(rt.api_version(version));
-        }
-        match kind {
-            PatchKind::Merge => patch::apply_merge_patch(&mut doc, body)?,
-            PatchKind::Json => patch::apply_json_patch(&mut doc, body)?,
-            PatchKind::Strategic if rt.custom => {
-                return Err(ApiError::unsupported_media_type(
-                    patch::STRATEGIC,
-                    &[patch::JSON, patch::MERGE],
-                ));
-            }
-            PatchKind::Strategic | PatchKind::Apply => {
-                return Err(ApiError::unsupported_media_type(
-                    if kind == PatchKind::Apply {
-                        patch::APPLY
-                    } else {
-                        patch::STRATEGIC
-                    },
-                    &[patch::JSON, patch::MERGE],
-                ));
-            }
-        }
-        let result = state.update(rt, version, namespace, name, doc, sub, dry_run);
-        drop(state);
+        apply::validate_patch_options(
+            kind == PatchKind::Apply,
+            params.field_manager.as_deref(),
+            params.force.is_some(),
+        )
+        .map_err(apply_error)?;
+        let result = self
+            .state
+            .lock()
+            .patch(rt, version, namespace, name, kind, body, sub, params);
         self.count_write(&result);
         result
     }
 
-    pub fn delete(
-        &self,
-        rt: &ResourceType,
-        namespace: Option<&str>,
-        name: &str,
-        opts: &DeleteOptions,
-    ) -> Result<Arc<StoredObject>, ApiError> {
-        let result = self.state.lock().delete(rt, namespace, name, opts);
-        self.count_write(&result);
-        result
-    }
-
-    fn count_write<T>(&self, result: &Result<T, ApiError>) {
+    pub(super) fn count_write<T>(&self, result: &Result<T, ApiError>) {
         if result.is_ok() {
             self.stats
                 .writes
@@ -184,13 +198,20 @@ fn check_type(rt: &ResourceType, version: &str, value: &mut Value) -> Result<(),
             rt.kind
         )));
     }
-    // Stored in the storage version; reads convert back.
-    obj.insert(
-        "apiVersion".into(),
-        Value::String(rt.api_version(&rt.storage_version)),
-    );
+    obj.insert("apiVersion".into(), Value::String(expected_version));
     obj.insert("kind".into(), Value::String(rt.kind.clone()));
     Ok(())
+}
+
+/// Objects are stored in the storage version; with the `None` conversion
+/// strategy only `apiVersion` differs.
+fn to_storage_version(rt: &ResourceType, value: &mut Value) {
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert(
+            "apiVersion".into(),
+            Value::String(rt.api_version(&rt.storage_version)),
+        );
+    }
 }
 
 /// Makes the body's namespace agree with the URL, as the real server demands.
@@ -218,17 +239,20 @@ fn check_namespace(
 }
 
 /// Built-in kinds decode into their typed form and back, which rejects
-/// ill-typed fields and drops unknown ones exactly like the real server.
-fn normalize(rt: &ResourceType, value: Value) -> Result<Value, ApiError> {
+/// ill-typed fields and drops unknown ones exactly like the real server;
+/// custom resources are pruned and defaulted by their schema.
+fn normalize(rt: &ResourceType, version: &str, value: Value) -> Result<Value, ApiError> {
     match rt.normalize {
         Some(f) => f(value).map_err(|e| {
-            ApiError::bad_request(format!(
-                "error decoding {} {}: {e}",
-                rt.group_resource().resource,
-                rt.kind
-            ))
+            ApiError::bad_request(format!("error decoding {} {}: {e}", rt.plural, rt.kind))
         }),
-        None => Ok(value),
+        None => {
+            let mut value = value;
+            if let Some(schema) = rt.schema(version) {
+                schema.prepare(&mut value);
+            }
+            Ok(value)
+        }
     }
 }
 
@@ -256,11 +280,25 @@ fn fold_string_data(rt: &ResourceType, value: &mut Value) {
     }
 }
 
-fn check_valid(rt: &ResourceType, value: &Value) -> Result<(), ApiError> {
+fn check_valid(
+    rt: &ResourceType,
+    version: &str,
+    value: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     let mut causes = validate::metadata(rt, value);
     causes.extend(validate::kind_specific(rt, value));
-    if rt.kind == "CustomResourceDefinition" && rt.group == "apiextensions.k8s.io" {
+    if is_crd_type(rt) {
         causes.extend(crd::validate(value));
+    }
+    if let Some(schema) = rt.schema(version) {
+        for e in schema.validate(value, old) {
+            causes.push(Cause {
+                reason: e.kind.cause_type().to_string(),
+                message: e.body(),
+                field: e.field.clone(),
+            });
+        }
     }
     if causes.is_empty() {
         return Ok(());
@@ -287,12 +325,35 @@ fn spec_changed(old: &Value, new: &Value, status_is_separate: bool) -> bool {
     changed_or_added || removed
 }
 
-fn is_crd_type(rt: &ResourceType) -> bool {
+pub(super) fn is_crd_type(rt: &ResourceType) -> bool {
     rt.kind == "CustomResourceDefinition" && rt.group == "apiextensions.k8s.io"
 }
 
-fn is_namespace_type(rt: &ResourceType) -> bool {
+pub(super) fn is_namespace_type(rt: &ResourceType) -> bool {
     rt.kind == "Namespace" && rt.group.is_empty()
+}
+
+fn write_context<'a>(
+    manager: &'a str,
+    api_version: &'a str,
+    time: &'a str,
+    sub: Subresource,
+) -> WriteContext<'a> {
+    WriteContext {
+        manager,
+        api_version,
+        time,
+        subresource: (sub == Subresource::Status).then_some("status"),
+    }
+}
+
+/// Parses a server-side apply body, which may be YAML or JSON.
+fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
+    if let Ok(value) = serde_json::from_slice::<Value>(body) {
+        return Ok(value);
+    }
+    serde_saphyr::from_slice::<Value>(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
 }
 
 impl State {
@@ -302,7 +363,8 @@ impl State {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        let ns = namespace.filter(|_| rt.namespaced).unwrap_or_default();
+        let key = (ns.to_string(), name.to_string());
         self.resource(rt)?
             .objects
             .get(&key)
@@ -310,7 +372,7 @@ impl State {
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
     }
 
-    fn namespace_object(&self, name: &str) -> Option<Arc<StoredObject>> {
+    pub(super) fn namespace_object(&self, name: &str) -> Option<Arc<StoredObject>> {
         self.resources
             .iter()
             .find(|(gr, _)| gr.group.is_empty() && gr.resource == "namespaces")
@@ -324,7 +386,8 @@ impl State {
         version: &str,
         namespace: Option<&str>,
         mut value: Value,
-        dry_run: bool,
+        params: &WriteParams,
+        ownership: Ownership,
     ) -> Result<Arc<StoredObject>, ApiError> {
         check_type(rt, version, &mut value)?;
         check_namespace(rt, namespace, &mut value)?;
@@ -336,6 +399,7 @@ impl State {
                 .get("resourceVersion")
                 .and_then(Value::as_str)
                 .is_some_and(|s| !s.is_empty())
+                && ownership == Ownership::Record
             {
                 return Err(ApiError::bad_request(
                     "resourceVersion should not be set on objects to be created",
@@ -386,8 +450,8 @@ impl State {
                 value["status"] = serde_json::from_str(initial).unwrap_or(Value::Null);
             }
         }
-        let mut value = normalize(rt, value)?;
-        check_valid(rt, &value)?;
+        let mut value = normalize(rt, version, value)?;
+        check_valid(rt, version, &value, None)?;
 
         if rt.namespaced {
             let ns = namespace.unwrap_or_default();
@@ -425,7 +489,15 @@ impl State {
         if is_crd_type(rt) {
             self.prepare_crd(&mut value)?;
         }
-        if dry_run {
+        if ownership == Ownership::Record {
+            let manager = params.manager();
+            let api_version = rt.api_version(version);
+            let now = now_rfc3339();
+            let ctx = write_context(&manager, &api_version, &now, Subresource::Main);
+            apply::record_update(None, &mut value, &rt.schemas.list_types, &ctx);
+        }
+        to_storage_version(rt, &mut value);
+        if params.dry_run {
             return StoredObject::from_value(rt, &value)
                 .map(Arc::new)
                 .map_err(|e| ApiError::internal(e.to_string()));
@@ -456,6 +528,136 @@ impl State {
         Ok(stored)
     }
 
+    /// The stored object as seen through `version`.
+    fn value_at(rt: &ResourceType, version: &str, obj: &StoredObject) -> Value {
+        let mut value = obj.value();
+        if version != rt.storage_version {
+            value["apiVersion"] = Value::String(rt.api_version(version));
+        }
+        value
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn patch(
+        &mut self,
+        rt: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        name: &str,
+        kind: PatchKind,
+        body: &[u8],
+        sub: Subresource,
+        params: &WriteParams,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        if kind == PatchKind::Apply {
+            return self.server_side_apply(rt, version, namespace, name, body, sub, params);
+        }
+        let current = self.existing(rt, namespace, name)?;
+        let mut doc = Self::value_at(rt, version, &current);
+        match kind {
+            PatchKind::Merge => patch::apply_merge_patch(&mut doc, body)?,
+            PatchKind::Json => patch::apply_json_patch(&mut doc, body)?,
+            PatchKind::Strategic => {
+                let patch_value: Value = serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                doc = apply::strategic_merge(&doc, &patch_value, &rt.schemas.list_types)
+                    .map_err(smp_error)?;
+            }
+            PatchKind::Apply => unreachable!("handled above"),
+        }
+        self.update(
+            rt,
+            version,
+            namespace,
+            name,
+            doc,
+            sub,
+            params,
+            Ownership::Record,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn server_side_apply(
+        &mut self,
+        rt: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        name: &str,
+        body: &[u8],
+        sub: Subresource,
+        params: &WriteParams,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let mut applied = parse_apply_body(body)?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "the apply configuration must be an object",
+            ));
+        }
+        check_type(rt, version, &mut applied)?;
+        let body_name = meta_str(&applied, "name").unwrap_or_default().to_string();
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let Some(meta) = metadata_mut(&mut applied) {
+            meta.insert("name".into(), Value::String(name.to_string()));
+        }
+        let has_status = rt.has_status(version);
+        if let Some(obj) = applied.as_object_mut() {
+            match sub {
+                Subresource::Main if has_status => {
+                    obj.remove("status");
+                }
+                Subresource::Status => {
+                    obj.retain(|k, _| {
+                        matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                    });
+                }
+                Subresource::Main => {}
+            }
+        }
+        let current = self.existing(rt, namespace, name).ok();
+        let wanted_rv = meta_str(&applied, "resourceVersion").unwrap_or_default();
+        if !wanted_rv.is_empty() {
+            match &current {
+                Some(c) if c.rv.to_string() == wanted_rv => {}
+                Some(_) => return Err(ApiError::conflict(&rt.group, &rt.plural, name)),
+                None => return Err(ApiError::not_found(&rt.group, &rt.plural, name)),
+            }
+        }
+        if current.is_none() && sub == Subresource::Status {
+            return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+        }
+        let live = current.as_ref().map(|c| Self::value_at(rt, version, c));
+        let manager = params.field_manager.clone().unwrap_or_default();
+        let api_version = rt.api_version(version);
+        let now = now_rfc3339();
+        let ctx = write_context(&manager, &api_version, &now, sub);
+        let merged = apply::apply(
+            live.as_ref(),
+            &applied,
+            params.force.unwrap_or(false),
+            &rt.schemas.list_types,
+            &ctx,
+        )
+        .map_err(apply_error)?;
+        match current {
+            None => self.create(rt, version, namespace, merged, params, Ownership::Applied),
+            Some(_) => self.update(
+                rt,
+                version,
+                namespace,
+                name,
+                merged,
+                sub,
+                params,
+                Ownership::Applied,
+            ),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn update(
         &mut self,
@@ -465,7 +667,8 @@ impl State {
         name: &str,
         mut value: Value,
         sub: Subresource,
-        dry_run: bool,
+        params: &WriteParams,
+        ownership: Ownership,
     ) -> Result<Arc<StoredObject>, ApiError> {
         check_type(rt, version, &mut value)?;
         check_namespace(rt, namespace, &mut value)?;
@@ -476,8 +679,8 @@ impl State {
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
-        let current = self.existing(rt, namespace.filter(|_| rt.namespaced), name)?;
-        let old = current.value();
+        let current = self.existing(rt, namespace, name)?;
+        let old = Self::value_at(rt, version, &current);
         let given_rv = meta_str(&value, "resourceVersion").unwrap_or_default();
         if !given_rv.is_empty() && given_rv != current.rv.to_string() {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
@@ -485,7 +688,8 @@ impl State {
         let status_is_separate = rt.has_status(version);
         let mut new = match sub {
             Subresource::Status => {
-                // Only `.status` changes through the status subresource.
+                // Only `.status` (and the ownership records) change through
+                // the status subresource.
                 let mut merged = old.clone();
                 match value.get("status") {
                     Some(status) => merged["status"] = status.clone(),
@@ -494,6 +698,11 @@ impl State {
                             obj.remove("status");
                         }
                     }
+                }
+                if let Some(mf) = value.pointer("/metadata/managedFields").cloned()
+                    && let Some(meta) = metadata_mut(&mut merged)
+                {
+                    meta.insert("managedFields".into(), mf);
                 }
                 merged
             }
@@ -540,14 +749,20 @@ impl State {
                 "resourceVersion".into(),
                 Value::String(current.rv.to_string()),
             );
-            if !meta.contains_key("managedFields")
-                && let Some(mf) = old_meta.get("managedFields")
-            {
-                meta.insert("managedFields".into(), mf.clone());
+            let keep_old_records = match meta.get("managedFields") {
+                None => true,
+                Some(Value::Array(list)) => list.is_empty(),
+                Some(_) => true,
+            };
+            if keep_old_records {
+                match old_meta.get("managedFields") {
+                    Some(mf) => meta.insert("managedFields".into(), mf.clone()),
+                    None => meta.remove("managedFields"),
+                };
             }
         }
-        let mut new = normalize(rt, new)?;
-        check_valid(rt, &new)?;
+        let mut new = normalize(rt, version, new)?;
+        check_valid(rt, version, &new, Some(&old))?;
         if current.deleting {
             let before = finalizers(&old);
             let added: Vec<String> = finalizers(&new)
@@ -555,7 +770,7 @@ impl State {
                 .filter(|f| !before.contains(f))
                 .collect();
             if !added.is_empty() {
-                let causes = vec![crate::error::Cause::forbidden(
+                let causes = vec![Cause::forbidden(
                     "metadata.finalizers",
                     &format!(
                         "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
@@ -585,7 +800,15 @@ impl State {
             // A no-op write changes nothing, not even the resourceVersion.
             return Ok(current);
         }
-        if dry_run {
+        if ownership == Ownership::Record {
+            let manager = params.manager();
+            let api_version = rt.api_version(version);
+            let now = now_rfc3339();
+            let ctx = write_context(&manager, &api_version, &now, sub);
+            apply::record_update(Some(&old), &mut new, &rt.schemas.list_types, &ctx);
+        }
+        to_storage_version(rt, &mut new);
+        if params.dry_run {
             return StoredObject::from_value(rt, &new)
                 .map(Arc::new)
                 .map_err(|e| ApiError::internal(e.to_string()));
@@ -600,135 +823,6 @@ impl State {
             self.register_crd(&stored);
         }
         Ok(stored)
-    }
-
-    pub(super) fn delete(
-        &mut self,
-        rt: &ResourceType,
-        namespace: Option<&str>,
-        name: &str,
-        opts: &DeleteOptions,
-    ) -> Result<Arc<StoredObject>, ApiError> {
-        let current = self.existing(rt, namespace.filter(|_| rt.namespaced), name)?;
-        if let Some(uid) = &opts.precondition_uid
-            && *uid != current.uid
-        {
-            return Err(ApiError::conflict_with(
-                &rt.group,
-                &rt.plural,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    current.uid
-                ),
-            ));
-        }
-        if let Some(rv) = &opts.precondition_rv
-            && *rv != current.rv.to_string()
-        {
-            return Err(ApiError::conflict_with(
-                &rt.group,
-                &rt.plural,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    current.rv
-                ),
-            ));
-        }
-        if is_namespace_type(rt) && PROTECTED_NAMESPACES.contains(&name) {
-            return Err(ApiError::forbidden(format!(
-                "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
-            )));
-        }
-        if opts.dry_run {
-            return Ok(current);
-        }
-        if current.deleting {
-            return Ok(current);
-        }
-        if current.has_finalizers || is_namespace_type(rt) {
-            let mut value = current.value();
-            let generation = value
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if let Some(meta) = metadata_mut(&mut value) {
-                meta.insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
-                meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-                meta.insert("generation".into(), json!(generation + 1));
-            }
-            if is_namespace_type(rt) {
-                value["status"] = json!({"phase": "Terminating"});
-            }
-            let marked = self.commit(rt, value, ChangeType::Modified, Some(current))?;
-            if is_namespace_type(rt) {
-                self.terminate_namespace(name);
-                return Ok(self.existing(rt, None, name).unwrap_or(marked));
-            }
-            return Ok(marked);
-        }
-        let removed = self.commit(rt, current.value(), ChangeType::Deleted, Some(current))?;
-        self.after_removal(rt, &removed);
-        Ok(removed)
-    }
-
-    /// Follow-ups once an object is gone: a CRD takes its kind and objects
-    /// with it; the last object of a terminating namespace lets it go.
-    fn after_removal(&mut self, rt: &ResourceType, removed: &StoredObject) {
-        if is_crd_type(rt) {
-            self.unregister_crd(removed);
-        }
-        if rt.namespaced && !removed.namespace.is_empty() {
-            self.finish_namespace_if_empty(&removed.namespace.clone());
-        }
-    }
-
-    /// Deletes everything in a terminating namespace; objects with
-    /// finalizers are marked and the namespace waits for them.
-    fn terminate_namespace(&mut self, ns: &str) {
-        let mut victims = Vec::new();
-        for (gr, store) in &self.resources {
-            let Some(rt) = self.registry.get(gr) else {
-                continue;
-            };
-            if !rt.namespaced {
-                continue;
-            }
-            for ((obj_ns, name), _) in store.objects.range((ns.to_string(), String::new())..) {
-                if obj_ns != ns {
-                    break;
-                }
-                victims.push((rt.clone(), name.clone()));
-            }
-        }
-        for (rt, name) in victims {
-            let _ = self.delete(&rt, Some(ns), &name, &DeleteOptions::default());
-        }
-        self.finish_namespace_if_empty(ns);
-    }
-
-    fn finish_namespace_if_empty(&mut self, ns: &str) {
-        let Some(ns_obj) = self.namespace_object(ns) else {
-            return;
-        };
-        if !ns_obj.deleting {
-            return;
-        }
-        let occupied = self.resources.values().any(|store| {
-            store
-                .objects
-                .range((ns.to_string(), String::new())..)
-                .next()
-                .is_some_and(|((obj_ns, _), _)| obj_ns == ns)
-        });
-        if occupied {
-            return;
-        }
-        let Some(rt) = self.registry.lookup("", "v1", "namespaces") else {
-            return;
-        };
-        let _ = self.commit(&rt, ns_obj.value(), ChangeType::Deleted, Some(ns_obj));
     }
 }
 
@@ -756,5 +850,15 @@ mod tests {
         let s = random_suffix();
         assert_eq!(s.len(), 5);
         assert!(s.bytes().all(|b| GENERATE_NAME_ALPHABET.contains(&b)));
+    }
+
+    #[test]
+    fn apply_bodies_may_be_yaml_or_json() {
+        assert_eq!(parse_apply_body(b"{\"a\": 1}").unwrap(), json!({"a": 1}));
+        assert_eq!(
+            parse_apply_body(b"a: 1\nb: [x]\n").unwrap(),
+            json!({"a": 1, "b": ["x"]})
+        );
+        assert_eq!(parse_apply_body(b"a: [").unwrap_err().code, 400);
     }
 }

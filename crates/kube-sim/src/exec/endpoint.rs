@@ -1,0 +1,275 @@
+//! `…/pods/{name}/exec`: the checks the apiserver makes before upgrading
+//! (404 for a missing pod, 400 for a bad container or options), then one
+//! WebSocket session per exec.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::Uri;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use tokio_util::sync::CancellationToken;
+
+use super::protocol::{self, ClientFrame, ExecParams, Protocol};
+use super::{ExecHandlers, ExecOutput, ExecRequest, ExecStdin, ExecTarget};
+use crate::error::ApiError;
+use crate::store::Store;
+
+#[derive(Clone)]
+pub(crate) struct ExecState {
+    pub store: Arc<Store>,
+    pub handlers: ExecHandlers,
+}
+
+/// Routes merged into the main router; they win over its fallback.
+pub(crate) fn routes(state: ExecState) -> Router {
+    Router::new()
+        .route("/api/v1/namespaces/{namespace}/pods/{name}/exec", any(exec))
+        .with_state(state)
+}
+
+/// An exec that passed the apiserver's checks.
+struct Prepared {
+    namespace: String,
+    pod: Pod,
+    labels: BTreeMap<String, String>,
+    container: String,
+    params: ExecParams,
+}
+
+async fn exec(
+    State(state): State<ExecState>,
+    Path((namespace, name)): Path<(String, String)>,
+    uri: Uri,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let params = ExecParams::parse(uri.query().unwrap_or_default());
+    let prepared = match prepare(&state.store, &namespace, &name, params) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let Ok(upgrade) = upgrade else {
+        return ApiError::bad_request(
+            "Upgrade request required: kube-sim serves exec over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io)",
+        )
+        .into_response();
+    };
+    let upgrade = upgrade.protocols(protocol::SUPPORTED);
+    let Some(protocol) = upgrade
+        .selected_protocol()
+        .and_then(|p| Protocol::from_header(p.as_bytes()))
+    else {
+        return ApiError::bad_request(format!(
+            "no supported WebSocket subprotocol was offered; kube-sim speaks {}",
+            protocol::SUPPORTED.join(", ")
+        ))
+        .into_response();
+    };
+    let handlers = state.handlers.clone();
+    let shutdown = state.store.shutdown.clone();
+    upgrade.on_upgrade(move |socket| session(socket, protocol, prepared, handlers, shutdown))
+}
+
+fn prepare(
+    store: &Store,
+    namespace: &str,
+    name: &str,
+    params: ExecParams,
+) -> Result<Prepared, ApiError> {
+    let rt = store
+        .resolve("", "v1", "pods")
+        .ok_or_else(ApiError::no_such_resource)?;
+    let stored = store.get(&rt, Some(namespace), name)?;
+    params.validate().map_err(ApiError::bad_request)?;
+    let pod: Pod = serde_json::from_slice(&stored.json)
+        .map_err(|e| ApiError::internal(format!("stored pod {namespace}/{name}: {e}")))?;
+    let container =
+        choose_container(&pod, name, params.container.as_deref()).map_err(ApiError::bad_request)?;
+    if let Some(phase) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .filter(|p| matches!(*p, "Succeeded" | "Failed"))
+    {
+        return Err(ApiError::bad_request(format!(
+            "cannot exec into a container in a completed pod; current phase is {phase}"
+        )));
+    }
+    Ok(Prepared {
+        namespace: namespace.to_string(),
+        labels: stored.labels.clone(),
+        pod,
+        container,
+        params,
+    })
+}
+
+/// The container an exec addresses: the named one if the pod has it, or the
+/// only container when none is named, with the apiserver's messages.
+fn choose_container(pod: &Pod, pod_name: &str, wanted: Option<&str>) -> Result<String, String> {
+    let spec = pod.spec.as_ref();
+    let main: Vec<&str> = spec
+        .map(|s| s.containers.iter().map(|c| c.name.as_str()).collect())
+        .unwrap_or_default();
+    let others = spec.into_iter().flat_map(|s| {
+        let init = s.init_containers.iter().flatten().map(|c| c.name.as_str());
+        let ephemeral = s
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str());
+        init.chain(ephemeral)
+    });
+    match wanted {
+        Some(name) if main.contains(&name) || others.clone().any(|c| c == name) => {
+            Ok(name.to_string())
+        }
+        Some(name) => Err(format!("container {name} is not valid for pod {pod_name}")),
+        None => match main.as_slice() {
+            [only] => Ok(only.to_string()),
+            _ => Err(format!(
+                "a container name must be specified for pod {pod_name}, choose one of: [{}]",
+                main.join(" ")
+            )),
+        },
+    }
+}
+
+async fn session(
+    socket: WebSocket,
+    protocol: Protocol,
+    job: Prepared,
+    handlers: ExecHandlers,
+    shutdown: CancellationToken,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let params = job.params;
+    let target = ExecTarget {
+        namespace: &job.namespace,
+        labels: &job.labels,
+        container: &job.container,
+        command: &params.command,
+    };
+    let handler = handlers.find(&target);
+    let (mut stdin_tx, stdin) = if params.stdin {
+        let (tx, rx) = ExecStdin::channel();
+        (Some(tx), rx)
+    } else {
+        (None, ExecStdin::empty())
+    };
+    let request = ExecRequest {
+        namespace: job.namespace.clone(),
+        pod: job.pod,
+        container: job.container.clone(),
+        command: params.command.clone(),
+        tty: params.tty,
+        stdin,
+    };
+    let mut running = match handler {
+        Some(handler) => handler.handle(request),
+        None => {
+            let output = ExecOutput::command_not_found(&params.command);
+            Box::pin(async move { output })
+        }
+    };
+    let output = loop {
+        tokio::select! {
+            output = &mut running => break output,
+            message = stream.next() => match message {
+                Some(Ok(Message::Binary(data))) => {
+                    match protocol::parse_client_frame(protocol, &data) {
+                        ClientFrame::Stdin(bytes) => {
+                            if let Some(tx) = &stdin_tx {
+                                // A handler that stopped reading just drops the rest.
+                                let _ = tx.send(Bytes::from(bytes));
+                            }
+                        }
+                        ClientFrame::Close(protocol::STDIN) => stdin_tx = None,
+                        ClientFrame::Close(_) | ClientFrame::Ignored => {}
+                    }
+                }
+                // The client left: the command is cancelled with it.
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                Some(Ok(_)) => {}
+            },
+            _ = shutdown.cancelled() => return,
+        }
+    };
+    drop(stdin_tx);
+    let mut frames = Vec::new();
+    if params.stdout || params.tty {
+        frames.extend(protocol::data_frames(protocol::STDOUT, &output.stdout));
+    }
+    // A terminal merges stderr into stdout, as a real TTY does.
+    if params.tty {
+        frames.extend(protocol::data_frames(protocol::STDOUT, &output.stderr));
+    } else if params.stderr {
+        frames.extend(protocol::data_frames(protocol::STDERR, &output.stderr));
+    }
+    frames.push(protocol::status_frame(output.exit_code));
+    for frame in frames {
+        if sink
+            .send(Message::Binary(Bytes::from(frame)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    let _ = sink.send(Message::Close(None)).await;
+    // Let the client read to the close before the socket goes away.
+    let drain = async { while let Some(Ok(_)) = stream.next().await {} };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(containers: &[&str], init: &[&str]) -> Pod {
+        let c = |names: &[&str]| -> Vec<serde_json::Value> {
+            names
+                .iter()
+                .map(|n| json!({"name": n, "image": "x"}))
+                .collect()
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": c(containers), "initContainers": c(init)}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_only_container_is_the_default() {
+        assert_eq!(
+            choose_container(&pod(&["a"], &[]), "p", None),
+            Ok("a".into())
+        );
+    }
+
+    #[test]
+    fn several_containers_need_a_name() {
+        assert_eq!(
+            choose_container(&pod(&["a", "b"], &[]), "p", None),
+            Err("a container name must be specified for pod p, choose one of: [a b]".into())
+        );
+    }
+
+    #[test]
+    fn unknown_containers_are_rejected_and_init_containers_accepted() {
+        let p = pod(&["a"], &["setup"]);
+        assert_eq!(
+            choose_container(&p, "p", Some("nope")),
+            Err("container nope is not valid for pod p".into())
+        );
+        assert_eq!(choose_container(&p, "p", Some("setup")), Ok("setup".into()));
+    }
+}

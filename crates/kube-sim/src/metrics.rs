@@ -1,0 +1,116 @@
+//! kube-sim's own metrics, served at `/metrics` in the OpenMetrics text
+//! format: how many Kubernetes requests it answered and which faults it
+//! injected, so a test can check that a fault really happened.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// Content type of the `/metrics` answer.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub resource: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FaultLabels {
+    pub verb: String,
+    pub resource: String,
+    pub fault: String,
+}
+
+/// The counters of one kube-sim instance.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    faults: Family<FaultLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("kube_sim");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let faults = Family::<FaultLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Kubernetes API requests answered, by verb, resource and HTTP code",
+            requests.clone(),
+        );
+        registry.register(
+            "faults_injected",
+            "Faults injected into Kubernetes API requests, by verb, resource and fault kind",
+            faults.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            faults,
+        }
+    }
+
+    pub fn request(&self, verb: &str, resource: &str, code: u16) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn fault(&self, verb: &str, resource: &str, fault: &str) {
+        self.faults
+            .get_or_create(&FaultLabels {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                fault: fault.to_string(),
+            })
+            .inc();
+    }
+
+    /// Current value of `kube_sim_faults_injected_total` for one label set.
+    pub fn faults_injected(&self, verb: &str, resource: &str, fault: &str) -> u64 {
+        let labels = FaultLabels {
+            verb: verb.to_string(),
+            resource: resource.to_string(),
+            fault: fault.to_string(),
+        };
+        self.faults.get(&labels).map_or(0, |c| c.get())
+    }
+
+    /// Current value of `kube_sim_requests_total` for one label set.
+    pub fn requests(&self, verb: &str, resource: &str, code: u16) -> u64 {
+        let labels = RequestLabels {
+            verb: verb.to_string(),
+            resource: resource.to_string(),
+            code: code.to_string(),
+        };
+        self.requests.get(&labels).map_or(0, |c| c.get())
+    }
+
+    /// The OpenMetrics text exposition of every counter.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
