@@ -1,1 +1,7 @@
-//! Integration tests for gpuid; modules are added per concern.
+//! Integration tests of gpuid's pure core, one module per concern.
+
+mod caps;
+mod fixtures;
+mod fuzz;
+mod golden;
+mod pipeline;
