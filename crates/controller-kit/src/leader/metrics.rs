@@ -39,6 +39,15 @@ impl LeaderElectionMetrics {
         metrics
     }
 
+    /// Creates the series of `name` at 0 so they are exposed before anything happens.
+    pub(crate) fn init(&self, name: &str) {
+        let labels = ElectionLabels {
+            name: name.to_string(),
+        };
+        self.master_status.get_or_create(&labels).set(0);
+        self.transitions.get_or_create(&labels).inc_by(0);
+    }
+
     pub(crate) fn set_leading(&self, name: &str, leading: bool) {
         self.master_status
             .get_or_create(&ElectionLabels {

@@ -170,6 +170,7 @@ impl LeaderElector {
         metrics: &LeaderElectionMetrics,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        metrics.init(&config.name);
         Ok(Self {
             lock: LeaseLock::new(client, &config.namespace, &config.name),
             config,

@@ -1,0 +1,42 @@
+//! EventSink writes events.k8s.io/v1 Events through kube-runtime's recorder.
+
+use controller_kit::EventSink;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_records_a_kubernetes_event_about_an_object() {
+    let sim = start_sim().await;
+    create_config_map(&sim.client(), "inventory-a").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(sim.client(), NAMESPACE);
+    let object = config_maps.get("inventory-a").await.unwrap();
+
+    let sink = EventSink::new(sim.client(), "gpufleet-test", Some("replica-a".to_string()));
+    sink.warning(
+        &object,
+        "CapacityExceeded",
+        "Reconcile",
+        Some("3 racks requested, 2 fit".to_string()),
+    )
+    .await
+    .unwrap();
+
+    let events: Api<Event> = Api::namespaced(sim.client(), NAMESPACE);
+    let listed = events.list(&ListParams::default()).await.unwrap();
+    let event = listed
+        .items
+        .iter()
+        .find(|event| event.reason.as_deref() == Some("CapacityExceeded"))
+        .expect("the event was written");
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.note.as_deref(), Some("3 racks requested, 2 fit"));
+    assert_eq!(event.reporting_controller.as_deref(), Some("gpufleet-test"));
+    assert_eq!(event.reporting_instance.as_deref(), Some("replica-a"));
+    let regarding = event.regarding.as_ref().unwrap();
+    assert_eq!(regarding.name.as_deref(), Some("inventory-a"));
+    assert_eq!(regarding.uid, object.metadata.uid);
+    sim.shutdown().await;
+}

@@ -1,0 +1,6 @@
+//! Integration tests against kube-sim (an in-process Kubernetes API server).
+
+mod caches;
+mod events;
+mod leader;
+mod support;
