@@ -15,7 +15,10 @@ const BATCHES: usize = 15;
 const BATCH_TIME: Duration = Duration::from_millis(200);
 
 fn main() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hardware/b200.xml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/hardware/b200.xml"
+    );
     let xml = match std::fs::read(path) {
         Ok(xml) => xml,
         Err(err) => {
@@ -48,10 +51,18 @@ fn main() {
     println!("| measurement | input | median per document | documents/s | GPU records/s | MB/s |");
     println!("|---|---|---|---|---|---|");
     row("smi::parse", &xml, gpus, || {
-        black_box(smi::parse(black_box(&xml)).map(|r| r.gpus.len()).unwrap_or(0));
+        black_box(
+            smi::parse(black_box(&xml))
+                .map(|r| r.gpus.len())
+                .unwrap_or(0),
+        );
     });
     row("smi::parse_to_ndjson", &xml, gpus, || {
-        black_box(smi::parse_to_ndjson(black_box(xml.as_slice())).map(|s| s.len()).unwrap_or(0));
+        black_box(
+            smi::parse_to_ndjson(black_box(xml.as_slice()))
+                .map(|s| s.len())
+                .unwrap_or(0),
+        );
     });
     row("parse + records + inventory_hash", &xml, gpus, || {
         let hash = smi::parse(black_box(&xml))

@@ -1,6 +1,7 @@
 //! Integration tests of gpuid's pure core, one module per concern.
 
 mod caps;
+mod docs;
 mod fixtures;
 mod fuzz;
 mod golden;
