@@ -50,6 +50,19 @@ fn main() {
 
     println!("| measurement | input | median per document | documents/s | GPU records/s | MB/s |");
     println!("|---|---|---|---|---|---|");
+    // Baseline: quick-xml's tokenizer alone, to show what the capture
+    // logic on top of it costs.
+    row("quick-xml events only (baseline)", &xml, gpus, || {
+        let mut reader = quick_xml::Reader::from_reader(black_box(xml.as_slice()));
+        let mut events = 0usize;
+        while let Ok(event) = reader.read_event() {
+            if matches!(event, quick_xml::events::Event::Eof) {
+                break;
+            }
+            events += 1;
+        }
+        black_box(events);
+    });
     row("smi::parse", &xml, gpus, || {
         black_box(
             smi::parse(black_box(&xml))

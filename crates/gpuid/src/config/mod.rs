@@ -14,6 +14,7 @@
 mod exporters;
 pub mod knobs;
 mod secret;
+mod selector;
 mod source;
 pub mod values;
 
@@ -138,7 +139,7 @@ pub struct Config {
     pub cluster_name: String,
     /// One or more namespaces, in the order given, without duplicates.
     pub namespaces: Vec<String>,
-    /// Kubernetes label-selector syntax; parsed by the client at start-up.
+    /// A syntactically valid Kubernetes label selector.
     pub label_selector: String,
     pub container: String,
     pub workers: u32,
@@ -197,11 +198,7 @@ fn parse(parser: &mut Parser<'_>) -> Config {
     );
     let container = required_string(parser, &knobs::CONTAINER, "container must be specified");
     let namespaces = namespaces(parser);
-    let label_selector = required_string(
-        parser,
-        &knobs::LABEL_SELECTOR,
-        "label selector must be specified",
-    );
+    let label_selector = label_selector(parser);
     let workers = workers(parser);
     let timeout = timeout(parser);
     let (qps, burst) = rate_limits(parser);
@@ -270,6 +267,17 @@ fn required_string(parser: &mut Parser<'_>, knob: &Knob, message: &str) -> Strin
     let value = parser.string(knob);
     if value.trim().is_empty() {
         parser.fail(knob, message);
+    }
+    value
+}
+
+fn label_selector(parser: &mut Parser<'_>) -> String {
+    let knob = &knobs::LABEL_SELECTOR;
+    let value = required_string(parser, knob, "label selector must be specified");
+    if !value.trim().is_empty()
+        && let Err(problem) = selector::check_label_selector(&value)
+    {
+        reject_set(parser, knob, format!("invalid label selector: {problem}"));
     }
     value
 }

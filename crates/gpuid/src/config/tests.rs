@@ -717,3 +717,23 @@ fn the_error_list_renders_as_one_readable_block() {
         "invalid configuration (2 problems):\n  - CLUSTER_NAME: cluster name must be specified\n  - WORKERS=\"0\": workers must be > 0: got 0"
     );
 }
+
+#[test]
+fn a_label_selector_with_bad_syntax_fails_at_configuration_time() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("LABEL_SELECTOR", "app in (a")])),
+        r#"LABEL_SELECTOR="app in (a": invalid label selector: unbalanced '('"#
+    );
+    let config = load(&[
+        CLUSTER,
+        (
+            "LABEL_SELECTOR",
+            "app.kubernetes.io/name in (nvidia-device-plugin)",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(
+        config.label_selector,
+        "app.kubernetes.io/name in (nvidia-device-plugin)"
+    );
+}
