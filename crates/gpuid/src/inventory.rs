@@ -210,7 +210,7 @@ impl ChangeKind {
 }
 
 /// One change between two inventories.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeEvent {
     /// UUIDv5 over the kind, cluster, GPU key, both content hashes and the
     /// observation time: the same diff always yields the same id (safe to

@@ -177,6 +177,20 @@ impl GpuRecord {
     }
 }
 
+/// Records as NDJSON, one per line, in the given order (the stdout
+/// exporter's format).
+pub fn to_ndjson(records: &[GpuRecord]) -> String {
+    let mut out = String::new();
+    for record in records {
+        // A record holds strings, integers and a timestamp: always serialisable.
+        if let Ok(line) = serde_json::to_string(record) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// Builds one record per GPU of `report`.
 pub fn records_from_report(
     observation: &Observation<'_>,
@@ -358,6 +372,12 @@ mod tests {
         assert_eq!(json["observed_at"], "2026-08-21T11:01:42Z");
         let back: GpuRecord = serde_json::from_value(json).unwrap();
         assert_eq!(&back, record);
+        let line = to_ndjson(&records);
+        assert_eq!(line.lines().count(), 1);
+        assert_eq!(
+            serde_json::from_str::<GpuRecord>(line.trim_end()).unwrap(),
+            *record
+        );
     }
 
     #[test]

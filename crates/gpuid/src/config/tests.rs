@@ -737,3 +737,40 @@ fn a_label_selector_with_bad_syntax_fails_at_configuration_time() {
         "app.kubernetes.io/name in (nvidia-device-plugin)"
     );
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_values_for_any_knobs_never_panic_and_every_error_names_its_knob(
+            settings in prop::collection::vec(
+                (prop::sample::select(KNOBS), "\\PC{0,40}"),
+                0..12,
+            ),
+        ) {
+            let vars: HashMap<String, String> =
+                settings.iter().map(|(knob, value)| (knob.env.to_owned(), value.clone())).collect();
+            if let Err(errors) = Config::from_lookup(|n| vars.get(n).cloned(), no_files) {
+                prop_assert!(!errors.errors.is_empty());
+                for error in &errors.errors {
+                    let knob = KNOBS.iter().find(|k| k.env == error.env);
+                    prop_assert!(knob.is_some(), "error without a knob: {}", error.message);
+                    prop_assert!(error.message.contains(error.env), "{}", error.message);
+                }
+                // Secret values never leak into messages.
+                for (knob, value) in &settings {
+                    if knob.secret && value.trim().len() >= 4 {
+                        prop_assert!(!errors.to_string().contains(value.trim()));
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn go_durations_print_and_parse_back_to_the_same_value(nanos in -(i64::MAX as i128)..=(i64::MAX as i128)) {
+            prop_assert_eq!(values::parse_go_duration(&values::format_go_duration(nanos)), Some(nanos));
+        }
+    }
+}

@@ -75,7 +75,7 @@ pub(super) fn parse_document(xml: &[u8], limits: Limits) -> Result<SmiReport, Pa
     loop {
         let event = reader.read_event().map_err(|err| ParseError::Xml {
             position: reader.error_position(),
-            message: err.to_string(),
+            message: bounded_message(&err.to_string()),
         })?;
         match event {
             Event::Start(start) => state.open(&start)?,
@@ -492,6 +492,18 @@ fn dtd_name(doctype: &str, max_len: usize) -> Option<String> {
     let start = doctype[..end].rfind('"')? + 1;
     let name = doctype[start..end].trim();
     (!name.is_empty() && name.len() <= max_len).then(|| name.to_owned())
+}
+
+/// quick-xml errors quote tag names, which a hostile document can make
+/// arbitrarily long; keep error messages short enough for one log line.
+fn bounded_message(message: &str) -> String {
+    const MAX_CHARS: usize = 256;
+    if message.chars().count() <= MAX_CHARS {
+        return message.to_owned();
+    }
+    let mut short: String = message.chars().take(MAX_CHARS).collect();
+    short.push('…');
+    short
 }
 
 /// Element names in errors are truncated and made printable so a hostile
