@@ -222,3 +222,23 @@ impl Read for FailingReader {
         Err(std::io::Error::other("exec stream reset"))
     }
 }
+
+#[test]
+fn a_byte_order_mark_or_a_warning_line_before_the_document_is_tolerated() {
+    let with_bom = [b"\xEF\xBB\xBF".as_slice(), &doc(&gpu("GPU-1"))].concat();
+    assert_eq!(smi::parse(&with_bom).unwrap().gpus.len(), 1);
+    let with_warning = [
+        b"WARNING: infoROM is corrupted at gpu 0000:01:00.0\n".as_slice(),
+        &doc(&gpu("GPU-1")),
+    ]
+    .concat();
+    assert_eq!(smi::parse(&with_warning).unwrap().gpus.len(), 1);
+}
+
+#[test]
+fn a_document_without_gpus_parses_to_an_empty_inventory() {
+    let report = smi::parse(&doc("")).unwrap();
+    assert!(report.gpus.is_empty());
+    assert_eq!(report.driver_version.as_deref(), Some("580.1"));
+    assert_eq!(report.to_ndjson(), "");
+}
