@@ -1,5 +1,6 @@
 //! Integration tests of gpuid's pure core, one module per concern.
 
+mod alloc;
 mod caps;
 mod docs;
 mod fixtures;
