@@ -101,7 +101,7 @@ impl ApplyError {
         let details = match self {
             ApplyError::Conflicts { conflicts, .. } => Some(json!({
                 "causes": conflicts.iter().map(|c| json!({
-                    "type": "FieldManagerConflict",
+                    "reason": "FieldManagerConflict",
                     "message": format!("conflict with {}", c.manager),
                     "field": c.field,
                 })).collect::<Vec<_>>()
@@ -751,7 +751,7 @@ mod tests {
         );
         assert_eq!(
             error.to_status()["details"],
-            json!({"causes": [{"type": "FieldManagerConflict", "message": "conflict with \"a\"", "field": ".spec.replicas"}]})
+            json!({"causes": [{"reason": "FieldManagerConflict", "message": "conflict with \"a\"", "field": ".spec.replicas"}]})
         );
         assert_eq!(error.to_status()["reason"], "Conflict");
     }
