@@ -8,5 +8,6 @@
 
 pub mod config;
 pub mod inventory;
+mod ndjson;
 pub mod record;
 pub mod smi;

@@ -180,15 +180,7 @@ impl GpuRecord {
 /// Records as NDJSON, one per line, in the given order (the stdout
 /// exporter's format).
 pub fn to_ndjson(records: &[GpuRecord]) -> String {
-    let mut out = String::new();
-    for record in records {
-        // A record holds strings, integers and a timestamp: always serialisable.
-        if let Ok(line) = serde_json::to_string(record) {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
-    out
+    crate::ndjson::to_ndjson(records)
 }
 
 /// Builds one record per GPU of `report`.

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::knobs::{self, Knob};
 use super::secret::Secret;
-use super::source::{Parser, go};
-use super::values::{is_http_url, parse_bool, parse_go_int};
+use super::source::Parser;
+use super::values::{format_go_duration as go, is_http_url, parse_bool, parse_go_int};
 
 const SECOND_NANOS: i128 = 1_000_000_000;
 
@@ -62,8 +62,7 @@ pub(super) fn http(parser: &mut Parser<'_>, selected: bool) -> HttpExporterConfi
     };
     let timeout = parser.duration(&knobs::HTTP_TIMEOUT, 30 * SECOND_NANOS);
     if timeout <= 0 {
-        positive_duration_error(
-            parser,
+        parser.violation(
             &knobs::HTTP_TIMEOUT,
             format!("{WRAP}: timeout must be positive, got {}", go(timeout)),
         );
@@ -84,13 +83,6 @@ pub(super) fn http(parser: &mut Parser<'_>, selected: bool) -> HttpExporterConfi
         timeout: to_duration(timeout),
         auth_token,
         headers,
-    }
-}
-
-fn positive_duration_error(parser: &mut Parser<'_>, knob: &Knob, message: String) {
-    match parser.non_blank(knob) {
-        Some(setting) => parser.reject(knob, &setting, message),
-        None => parser.fail(knob, message),
     }
 }
 
@@ -312,11 +304,10 @@ pub(super) fn postgres(parser: &mut Parser<'_>, selected: bool) -> PostgresExpor
     let port = match u16::try_from(port) {
         Ok(port) if port >= 1 => port,
         _ => {
-            let message = format!("postgres port must be between 1 and 65535, got {port}");
-            match parser.non_blank(&knobs::POSTGRES_PORT) {
-                Some(setting) => parser.reject(&knobs::POSTGRES_PORT, &setting, message),
-                None => parser.fail(&knobs::POSTGRES_PORT, message),
-            }
+            parser.violation(
+                &knobs::POSTGRES_PORT,
+                format!("postgres port must be between 1 and 65535, got {port}"),
+            );
             5432
         }
     };

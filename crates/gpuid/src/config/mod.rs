@@ -32,8 +32,8 @@ pub use secret::Secret;
 pub use source::{ConfigError, ConfigErrors};
 
 use exporters::to_duration;
-use source::{Parser, go};
-use values::{is_dns_label, parse_bool, parse_float, parse_go_int};
+use source::Parser;
+use values::{format_go_duration as go, is_dns_label, parse_bool, parse_float, parse_go_int};
 
 const SECOND: i128 = 1_000_000_000;
 const MAX_WORKERS: i64 = 100;
@@ -204,8 +204,7 @@ fn parse(parser: &mut Parser<'_>) -> Config {
     let (qps, burst) = rate_limits(parser);
     let resync = parser.duration(&knobs::RESYNC, 0);
     if resync < 0 {
-        reject_set(
-            parser,
+        parser.violation(
             &knobs::RESYNC,
             format!(
                 "resync period must be >= 0 (0 disables periodic resync): got {}",
@@ -254,15 +253,6 @@ fn parse(parser: &mut Parser<'_>) -> Config {
     }
 }
 
-/// Reports `message` against the value the user set, or the knob alone
-/// when the default itself is what breaks the rule.
-fn reject_set(parser: &mut Parser<'_>, knob: &Knob, message: String) {
-    match parser.setting(knob) {
-        Some(setting) => parser.reject(knob, &setting, message),
-        None => parser.fail(knob, message),
-    }
-}
-
 fn required_string(parser: &mut Parser<'_>, knob: &Knob, message: &str) -> String {
     let value = parser.string(knob);
     if value.trim().is_empty() {
@@ -277,7 +267,7 @@ fn label_selector(parser: &mut Parser<'_>) -> String {
     if !value.trim().is_empty()
         && let Err(problem) = selector::check_label_selector(&value)
     {
-        reject_set(parser, knob, format!("invalid label selector: {problem}"));
+        parser.violation(knob, format!("invalid label selector: {problem}"));
     }
     value
 }
@@ -291,8 +281,7 @@ fn exporter_kind(parser: &mut Parser<'_>) -> Option<ExporterKind> {
     }
     let kind = ExporterKind::parse(&value);
     if kind.is_none() {
-        reject_set(
-            parser,
+        parser.violation(
             knob,
             format!(
                 "unknown exporter type: {} (use stdout, http, postgres or s3)",
@@ -313,15 +302,12 @@ fn namespaces(parser: &mut Parser<'_>) -> Vec<String> {
     let mut namespaces: Vec<String> = Vec::new();
     for entry in value.split(',').map(str::trim) {
         if entry.is_empty() {
-            reject_set(
-                parser,
+            parser.violation(
                 knob,
                 "empty namespace name in the list (use ns-a,ns-b)".to_owned(),
             );
         } else if !is_dns_label(entry) {
-            reject_set(
-                parser,
-                knob,
+            parser.violation(knob,
                 format!(
                     "{entry:?} is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)"
                 ),
@@ -340,14 +326,12 @@ fn integer(parser: &mut Parser<'_>, knob: &Knob, default: i64) -> i64 {
 fn workers(parser: &mut Parser<'_>) -> u32 {
     let workers = integer(parser, &knobs::WORKERS, 16);
     if workers <= 0 {
-        reject_set(
-            parser,
+        parser.violation(
             &knobs::WORKERS,
             format!("workers must be > 0: got {workers}"),
         );
     } else if workers > MAX_WORKERS {
-        reject_set(
-            parser,
+        parser.violation(
             &knobs::WORKERS,
             format!("workers should not exceed 100 to prevent API server overload: got {workers}"),
         );
@@ -358,14 +342,12 @@ fn workers(parser: &mut Parser<'_>) -> u32 {
 fn timeout(parser: &mut Parser<'_>) -> i128 {
     let timeout = parser.duration(&knobs::TIMEOUT, 30 * SECOND);
     if timeout <= 0 {
-        reject_set(
-            parser,
+        parser.violation(
             &knobs::TIMEOUT,
             format!("timeout must be > 0: got {}", go(timeout)),
         );
     } else if timeout > MAX_TIMEOUT {
-        reject_set(
-            parser,
+        parser.violation(
             &knobs::TIMEOUT,
             format!(
                 "timeout should not exceed 10 minutes to prevent resource leaks: got {}",
@@ -380,18 +362,13 @@ fn rate_limits(parser: &mut Parser<'_>) -> (f32, u32) {
     let qps = parser.typed(&knobs::QPS, "float", "not a number", parse_float, 50.0);
     let qps_valid = qps > 0.0;
     if !qps_valid {
-        reject_set(parser, &knobs::QPS, format!("qps must be > 0: got {qps}"));
+        parser.violation(&knobs::QPS, format!("qps must be > 0: got {qps}"));
     }
     let burst = integer(parser, &knobs::BURST, 100);
     if burst <= 0 {
-        reject_set(
-            parser,
-            &knobs::BURST,
-            format!("burst must be > 0: got {burst}"),
-        );
+        parser.violation(&knobs::BURST, format!("burst must be > 0: got {burst}"));
     } else if qps_valid && (burst as f64) < f64::from(qps) {
-        reject_set(
-            parser,
+        parser.violation(
             &knobs::BURST,
             format!("burst ({burst}) should be >= QPS ({qps}) for proper rate limiting"),
         );
@@ -404,8 +381,7 @@ fn server_port(parser: &mut Parser<'_>) -> u16 {
     match u16::try_from(port) {
         Ok(port) if port >= 1000 => port,
         _ => {
-            reject_set(
-                parser,
+            parser.violation(
                 &knobs::SERVER_PORT,
                 "server port must be a valid integer between 1000 and 65535".to_owned(),
             );
@@ -467,7 +443,7 @@ fn leader_election(parser: &mut Parser<'_>) -> LeaderElectionConfig {
             (&knobs::LEASE_RETRY_PERIOD, retry),
         ] {
             if value <= 0 {
-                reject_set(parser, knob, format!("must be > 0: got {}", go(value)));
+                parser.violation(knob, format!("must be > 0: got {}", go(value)));
             }
         }
     }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::knobs::{Knob, knob_for_flag};
 use super::secret::Secret;
-use super::values::{format_go_duration, parse_go_duration};
+use super::values::parse_go_duration;
 
 /// One configuration problem, naming the variable (or flag) and the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,6 +155,15 @@ impl<'a> Parser<'a> {
         });
     }
 
+    /// A rule broken by the knob's effective value: reported against the
+    /// value when the user set one, else against the knob (its default).
+    pub fn violation(&mut self, knob: &Knob, message: impl Into<String>) {
+        match self.setting(knob) {
+            Some(setting) => self.reject(knob, &setting, message),
+            None => self.fail(knob, message),
+        }
+    }
+
     fn display_name(&self, knob: &Knob) -> String {
         if self.flags.contains_key(knob.env) {
             format!("--{}", knob.flag)
@@ -244,9 +253,4 @@ impl<'a> Parser<'a> {
             (None, None) => None,
         }
     }
-}
-
-/// Go's rendering of a duration for "got D" in messages.
-pub(super) fn go(nanos: i128) -> String {
-    format_go_duration(nanos)
 }

@@ -135,15 +135,7 @@ pub struct SmiReport {
 impl SmiReport {
     /// One JSON object per GPU, one per line, in document order.
     pub fn to_ndjson(&self) -> String {
-        let mut out = String::new();
-        for gpu in &self.gpus {
-            // Serialising a struct of strings and integers cannot fail.
-            if let Ok(line) = serde_json::to_string(gpu) {
-                out.push_str(&line);
-                out.push('\n');
-            }
-        }
-        out
+        crate::ndjson::to_ndjson(&self.gpus)
     }
 }
 
