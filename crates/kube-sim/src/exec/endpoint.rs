@@ -222,7 +222,13 @@ async fn session(
             return;
         }
     }
-    let _ = sink.send(Message::Close(None)).await;
+    // A normal-closure code: client-go treats a close without one (1005)
+    // as an error on every stream.
+    let close = axum::extract::ws::CloseFrame {
+        code: axum::extract::ws::close_code::NORMAL,
+        reason: "".into(),
+    };
+    let _ = sink.send(Message::Close(Some(close))).await;
     // Let the client read to the close before the socket goes away.
     let drain = async { while let Some(Ok(_)) = stream.next().await {} };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;

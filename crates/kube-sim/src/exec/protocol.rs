@@ -9,6 +9,8 @@ pub const STDOUT: u8 = 1;
 pub const STDERR: u8 = 2;
 /// Carries one `meta.k8s.io/v1 Status` when the command ends.
 pub const STATUS: u8 = 3;
+/// Terminal size changes from the client; accepted and ignored.
+#[cfg(test)]
 pub const RESIZE: u8 = 4;
 /// v5 only: `[255, n]` announces that channel `n` reached EOF.
 pub const CLOSE: u8 = 255;

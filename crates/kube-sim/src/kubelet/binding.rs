@@ -159,6 +159,14 @@ fn bind(store: &Store, namespace: &str, name: &str, body: &[u8]) -> Result<(), A
     Err(last_error.unwrap_or_else(|| ApiError::conflict("", "pods", name)))
 }
 
+/// Binding writes are recorded under the scheduler's name in managedFields.
+fn scheduler_write() -> crate::store::WriteParams {
+    crate::store::WriteParams {
+        field_manager: Some("kube-scheduler".into()),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,13 +191,5 @@ mod tests {
         let mut empty = Value::Null;
         mark_scheduled(&mut empty);
         assert_eq!(empty["conditions"][0]["type"], "PodScheduled");
-    }
-}
-
-/// Binding writes are recorded under the scheduler's name in managedFields.
-fn scheduler_write() -> crate::store::WriteParams {
-    crate::store::WriteParams {
-        field_manager: Some("kube-scheduler".into()),
-        ..Default::default()
     }
 }

@@ -14,9 +14,23 @@
 //! - Services get a `clusterIP` from 10.96.0.0/12.
 
 pub(crate) mod binding;
+pub mod fit;
+mod informer;
+pub mod ipam;
+pub mod lifecycle;
+pub mod node;
+mod nodes;
+mod pods;
+pub mod quantity;
+mod scheduler;
+mod services;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::Api;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Label or annotation that turns the simulation off for one Node.
@@ -74,5 +88,50 @@ pub(crate) fn spawn(client: kube::Client, config: KubeletConfig, shutdown: Cance
     if !config.enabled {
         return;
     }
-    let _ = (client, shutdown);
+    let scheduler_wake = Arc::new(Notify::new());
+    let kubelet_wake = Arc::new(Notify::new());
+    let nodes_wake = Arc::new(Notify::new());
+    let services_wake = Arc::new(Notify::new());
+    let pods = informer::start(
+        Api::<Pod>::all(client.clone()),
+        vec![scheduler_wake.clone(), kubelet_wake.clone()],
+        shutdown.clone(),
+    );
+    let nodes = informer::start(
+        Api::<Node>::all(client.clone()),
+        vec![
+            scheduler_wake.clone(),
+            kubelet_wake.clone(),
+            nodes_wake.clone(),
+        ],
+        shutdown.clone(),
+    );
+    let services = informer::start(
+        Api::<Service>::all(client.clone()),
+        vec![services_wake.clone()],
+        shutdown.clone(),
+    );
+    tokio::spawn(scheduler::run(
+        client.clone(),
+        pods.clone(),
+        nodes.clone(),
+        scheduler_wake,
+        shutdown.clone(),
+    ));
+    tokio::spawn(pods::run(
+        client.clone(),
+        config.clone(),
+        pods,
+        nodes.clone(),
+        kubelet_wake,
+        shutdown.clone(),
+    ));
+    tokio::spawn(nodes::run(
+        client.clone(),
+        config,
+        nodes,
+        nodes_wake,
+        shutdown.clone(),
+    ));
+    tokio::spawn(services::run(client, services, services_wake, shutdown));
 }

@@ -7,3 +7,4 @@ mod lifecycle;
 mod selectors;
 mod support;
 mod watch;
+mod exec

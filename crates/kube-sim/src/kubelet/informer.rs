@@ -1,0 +1,54 @@
+//! Shared watch caches for the simulated components: kube-runtime
+//! reflectors over the in-process client, waking every interested loop on
+//! each change.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::Api;
+use kube::Resource;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Starts a reflector for `api`; every event (including relists) wakes all
+/// of `wakers`. The task ends with `shutdown`.
+pub fn start<K>(api: Api<K>, wakers: Vec<Arc<Notify>>, shutdown: CancellationToken) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                event = stream.next() => match event {
+                    Some(Ok(_)) => wakers.iter().for_each(|w| w.notify_one()),
+                    Some(Err(e)) => tracing::debug!(error = %e, "simulated kubelet watch error; retrying"),
+                    None => break,
+                },
+            }
+        }
+    });
+    reader
+}
+
+/// Waits until `store` has listed once, or shutdown.
+pub async fn ready<K>(store: &Store<K>, shutdown: &CancellationToken) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        result = store.wait_until_ready() => result.is_ok(),
+    }
+}

