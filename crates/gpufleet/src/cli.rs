@@ -32,6 +32,37 @@ pub enum Command {
     /// kube-sim, the embedded Kubernetes API server.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Print the CustomResourceDefinitions gpufleet owns, as YAML.
+    Crds(CrdsArgs),
+    /// GPU serial inventory (gpuid).
+    #[command(subcommand)]
+    Gpuid(GpuidCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct CrdsArgs {
+    /// Which API's CRDs to print.
+    #[arg(value_enum, default_value_t = CrdSet::All)]
+    pub set: CrdSet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CrdSet {
+    All,
+    Mokka,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GpuidCommand {
+    /// Print the GPU records an `nvidia-smi -q -x` capture yields, as NDJSON
+    /// (for checking a node by hand).
+    Parse(ParseArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ParseArgs {
+    /// The capture file, or `-` for standard input.
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

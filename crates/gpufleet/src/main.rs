@@ -1,6 +1,7 @@
 //! `gpufleet`: one binary for the GPU cluster control loops and kube-sim.
 
 mod cli;
+mod commands;
 mod logging;
 mod sim;
 
@@ -25,6 +26,10 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             cli::Command::Sim(cli::SimCommand::Serve(args)) => sim::serve(args).await,
+            cli::Command::Crds(args) => commands::print_crds(args.set),
+            cli::Command::Gpuid(cli::GpuidCommand::Parse(args)) => {
+                commands::gpuid_parse(&args.file)
+            }
         }
     });
     match result {

@@ -1,4 +1,5 @@
 //! The gpufleet binary driven from outside, as users and CI drive it.
 
+mod commands;
 mod sim_serve;
 mod support;

@@ -10,14 +10,22 @@ fn kubectl_lists_the_builtin_namespaces() {
     let sim = SimServer::start();
     let out = sim.kubectl_ok(&["get", "ns"]);
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-        assert!(out.lines().any(|l| l.starts_with(ns)), "{ns} missing from:\n{out}");
+        assert!(
+            out.lines().any(|l| l.starts_with(ns)),
+            "{ns} missing from:\n{out}"
+        );
     }
 }
 
 #[test]
 fn kubectl_creates_reads_labels_and_deletes_a_configmap() {
     let sim = SimServer::start();
-    let out = sim.kubectl_ok(&["create", "configmap", "gpu-inventory", "--from-literal=racks=4"]);
+    let out = sim.kubectl_ok(&[
+        "create",
+        "configmap",
+        "gpu-inventory",
+        "--from-literal=racks=4",
+    ]);
     assert_eq!(out.trim(), "configmap/gpu-inventory created");
 
     let yaml = sim.kubectl_ok(&["get", "configmap", "gpu-inventory", "-o", "yaml"]);
@@ -28,7 +36,13 @@ fn kubectl_creates_reads_labels_and_deletes_a_configmap() {
 
     let out = sim.kubectl_ok(&["label", "configmap", "gpu-inventory", "team=platform"]);
     assert_eq!(out.trim(), "configmap/gpu-inventory labeled");
-    let label = sim.kubectl_ok(&["get", "configmap", "gpu-inventory", "-o", "jsonpath={.metadata.labels.team}"]);
+    let label = sim.kubectl_ok(&[
+        "get",
+        "configmap",
+        "gpu-inventory",
+        "-o",
+        "jsonpath={.metadata.labels.team}",
+    ]);
     assert_eq!(label, "platform");
     let selected = sim.kubectl_ok(&["get", "configmaps", "-l", "team=platform", "-o", "name"]);
     assert_eq!(selected.trim(), "configmap/gpu-inventory");
@@ -38,7 +52,10 @@ fn kubectl_creates_reads_labels_and_deletes_a_configmap() {
     let gone = sim.kubectl_output(&["get", "configmap", "gpu-inventory"]);
     assert!(!gone.status.success());
     let stderr = String::from_utf8_lossy(&gone.stderr);
-    assert!(stderr.contains("NotFound") && stderr.contains("\"gpu-inventory\" not found"), "{stderr}");
+    assert!(
+        stderr.contains("NotFound") && stderr.contains("\"gpu-inventory\" not found"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -66,11 +83,17 @@ fn kubectl_reports_server_errors_in_kubernetes_wording() {
     let out = sim.kubectl_output(&["create", "configmap", "Bad_Name"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("is invalid") && stderr.contains("RFC 1123"), "{stderr}");
+    assert!(
+        stderr.contains("is invalid") && stderr.contains("RFC 1123"),
+        "{stderr}"
+    );
     sim.kubectl_ok(&["create", "configmap", "twice"]);
     let out = sim.kubectl_output(&["create", "configmap", "twice"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("configmaps \"twice\" already exists"), "{stderr}");
+    assert!(
+        stderr.contains("configmaps \"twice\" already exists"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -39,10 +39,17 @@ impl SimServer {
             .expect("gpufleet starts");
         let deadline = Instant::now() + Duration::from_secs(20);
         while !kubeconfig.exists() {
-            assert!(Instant::now() < deadline, "gpufleet sim serve wrote no kubeconfig in 20 s");
+            assert!(
+                Instant::now() < deadline,
+                "gpufleet sim serve wrote no kubeconfig in 20 s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Self { child, kubeconfig, dir }
+        Self {
+            child,
+            kubeconfig,
+            dir,
+        }
     }
 
     pub fn kubectl(&self) -> Command {
@@ -73,14 +80,20 @@ impl SimServer {
     /// Sends SIGTERM and returns the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
         assert!(sent.success());
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
                 return status;
             }
-            assert!(Instant::now() < deadline, "gpufleet did not stop within 10 s of SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "gpufleet did not stop within 10 s of SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

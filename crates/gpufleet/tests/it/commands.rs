@@ -1,0 +1,90 @@
+//! One-shot commands: `gpufleet crds` and `gpufleet gpuid parse`.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn gpufleet(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(args)
+        .output()
+        .expect("gpufleet runs")
+}
+
+fn workspace() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+#[test]
+fn crds_mokka_prints_the_checked_in_crds() {
+    let out = gpufleet(&["crds", "mokka"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let checked_in =
+        std::fs::read_to_string(workspace().join("deploy/crds/mokka.nvidia.com.yaml")).unwrap();
+    assert_eq!(
+        printed, checked_in,
+        "regenerate with: gpufleet crds mokka > deploy/crds/mokka.nvidia.com.yaml"
+    );
+    for kind in [
+        "SGPURackProfile",
+        "SGPUInventory",
+        "SGPURack",
+        "SGPURuntimePolicy",
+    ] {
+        assert!(printed.contains(&format!("kind: {kind}")), "{kind} missing");
+    }
+}
+
+#[test]
+fn gpuid_parse_prints_one_record_per_gpu() {
+    let capture = workspace().join("crates/gpuid/tests/fixtures/hardware/b200.xml");
+    let out = gpufleet(&["gpuid", "parse", capture.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let records: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 8);
+    assert!(
+        records
+            .iter()
+            .all(|r| r["uuid"].as_str().is_some_and(|u| u.starts_with("GPU-")))
+    );
+}
+
+#[test]
+fn gpuid_parse_reads_stdin_and_rejects_garbage_with_a_message() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(["gpuid", "parse", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"<nvidia_smi_log><gpu")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("parsing nvidia-smi XML from standard input"),
+        "{stderr}"
+    );
+    let missing = gpufleet(&["gpuid", "parse", "/nonexistent/capture.xml"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("opening /nonexistent/capture.xml"));
+}
