@@ -7,6 +7,7 @@
 //! file system or the clock: file contents, environment and time are passed in.
 
 pub mod config;
+pub mod export;
 pub mod inventory;
 mod ndjson;
 pub mod record;

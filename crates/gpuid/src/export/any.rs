@@ -1,0 +1,86 @@
+//! The exporter selected by `EXPORTER_TYPE`, built from the validated
+//! configuration.
+
+use super::s3::{S3Credentials, S3Format, S3Settings};
+use super::{
+    Batch, ExportError, Exporter, Health, HttpExporter, PostgresExporter, S3Exporter,
+    StdoutExporter,
+};
+use crate::config::ExporterConfig;
+
+/// Why an exporter could not be built. Only configuration problems: no
+/// backend is contacted at build time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    #[error("failed to initialize {exporter} exporter: {problem}")]
+    Invalid {
+        exporter: &'static str,
+        problem: String,
+    },
+}
+
+/// What the exporters need besides `ExporterConfig`, supplied by the binary.
+#[derive(Debug, Clone, Default)]
+pub struct ExportContext {
+    /// This replica's identity (the pod name), used in S3 keys.
+    pub replica: String,
+    pub s3_format: S3Format,
+    pub s3_credentials: Option<S3Credentials>,
+}
+
+pub enum AnyExporter {
+    Stdout(StdoutExporter),
+    Http(HttpExporter),
+    Postgres(PostgresExporter),
+    S3(S3Exporter),
+}
+
+impl AnyExporter {
+    pub fn from_config(
+        config: &ExporterConfig,
+        context: ExportContext,
+    ) -> Result<AnyExporter, BuildError> {
+        Ok(match config {
+            ExporterConfig::Stdout => AnyExporter::Stdout(StdoutExporter::stdout()),
+            ExporterConfig::Http(http) => AnyExporter::Http(HttpExporter::new(http)?),
+            ExporterConfig::Postgres(postgres) => {
+                AnyExporter::Postgres(PostgresExporter::new(postgres)?)
+            }
+            ExporterConfig::S3(s3) => AnyExporter::S3(S3Exporter::new(S3Settings {
+                config: s3.clone(),
+                format: context.s3_format,
+                replica: context.replica,
+                credentials: context.s3_credentials,
+            })?),
+        })
+    }
+}
+
+impl Exporter for AnyExporter {
+    fn name(&self) -> &'static str {
+        match self {
+            AnyExporter::Stdout(exporter) => exporter.name(),
+            AnyExporter::Http(exporter) => exporter.name(),
+            AnyExporter::Postgres(exporter) => exporter.name(),
+            AnyExporter::S3(exporter) => exporter.name(),
+        }
+    }
+
+    async fn export(&self, batch: &Batch) -> Result<(), ExportError> {
+        match self {
+            AnyExporter::Stdout(exporter) => exporter.export(batch).await,
+            AnyExporter::Http(exporter) => exporter.export(batch).await,
+            AnyExporter::Postgres(exporter) => exporter.export(batch).await,
+            AnyExporter::S3(exporter) => exporter.export(batch).await,
+        }
+    }
+
+    async fn health(&self) -> Health {
+        match self {
+            AnyExporter::Stdout(exporter) => exporter.health().await,
+            AnyExporter::Http(exporter) => exporter.health().await,
+            AnyExporter::Postgres(exporter) => exporter.health().await,
+            AnyExporter::S3(exporter) => exporter.health().await,
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! PostgreSQL: a current-state table keyed by (cluster, GPU key) with
+//! first_seen/last_seen, an append-only events table, and upstream's table
+//! name as a view with upstream's columns.
+//!
+//! With `POSTGRES_TABLE=inv.gpu`: `"inv"."gpu_inventory"`,
+//! `"inv"."gpu_events"`, the view `"inv"."gpu"` and `"inv"."schema_migrations"`.
+//! Every identifier is validated (`[A-Za-z_][A-Za-z0-9_]*`) and quoted;
+//! every value is a bind parameter.
+//!
+//! One batch is one statement (a data-modifying CTE over `UNNEST` arrays),
+//! so it is one round trip and atomic; re-exporting it changes nothing:
+//! records upsert by key, events insert with `ON CONFLICT DO NOTHING`.
+//!
+//! Start-up never connects: a database that is down makes the exporter
+//! unhealthy (readiness) and exports retry until it is back. Upstream
+//! crash-looped instead.
+
+mod migrations;
+mod rows;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::Mutex as AsyncMutex;
+use tokio_postgres::NoTls;
+use tokio_postgres::config::SslMode as PgSslMode;
+
+pub use migrations::MIGRATIONS;
+
+use super::any::BuildError;
+use super::{Batch, ExportError, Exporter, Health};
+use crate::config::{PostgresConnection, PostgresExporterConfig, PostgresTable, SslMode};
+
+const NAME: &str = "postgres";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest table name whose derived index names still fit PostgreSQL's
+/// 63-byte identifier limit (the longest suffix is `_inventory_last_seen_idx`).
+const MAX_TABLE_NAME: usize = 63 - "_inventory_last_seen_idx".len();
+
+/// The quoted names derived from `POSTGRES_TABLE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresNames {
+    /// The bare table name, used as the migration scope.
+    pub scope: String,
+    pub schema: Option<String>,
+    pub view: String,
+    pub inventory: String,
+    pub events: String,
+    pub migrations: String,
+}
+
+impl PostgresNames {
+    pub fn new(table: &PostgresTable) -> Result<PostgresNames, BuildError> {
+        if table.name.len() > MAX_TABLE_NAME {
+            return Err(BuildError::Invalid {
+                exporter: NAME,
+                problem: format!(
+                    "POSTGRES_TABLE name {:?} is longer than {MAX_TABLE_NAME} characters (derived table and index names must fit in 63)",
+                    table.name
+                ),
+            });
+        }
+        let qualify = |name: &str| match &table.schema {
+            Some(schema) => format!("{}.{}", quote(schema), quote(name)),
+            None => quote(name),
+        };
+        Ok(PostgresNames {
+            scope: table.name.clone(),
+            schema: table.schema.clone(),
+            view: qualify(&table.name),
+            inventory: qualify(&format!("{}_inventory", table.name)),
+            events: qualify(&format!("{}_events", table.name)),
+            migrations: qualify("schema_migrations"),
+        })
+    }
+
+    /// A migration's SQL with this configuration's names filled in.
+    pub fn render(&self, sql: &str) -> String {
+        sql.replace(
+            "{inventory_node_index}",
+            &quote(&format!("{}_inventory_node_idx", self.scope)),
+        )
+        .replace(
+            "{inventory_last_seen_index}",
+            &quote(&format!("{}_inventory_last_seen_idx", self.scope)),
+        )
+        .replace(
+            "{events_gpu_index}",
+            &quote(&format!("{}_events_gpu_idx", self.scope)),
+        )
+        .replace("{inventory}", &self.inventory)
+        .replace("{events}", &self.events)
+        .replace("{view}", &self.view)
+    }
+}
+
+/// Identifiers reaching here are already `[A-Za-z_][A-Za-z0-9_]*`;
+/// doubling quotes anyway keeps this safe on its own.
+fn quote(identifier: &str) -> String {
+    format!("\"{}\"", identifier.replace('"', "\"\""))
+}
+
+pub struct PostgresExporter {
+    pool: Pool,
+    names: PostgresNames,
+    auto_migrate: bool,
+    upsert_sql: String,
+    /// Set once the migrations ran (or were found applied).
+    migrated: AsyncMutex<bool>,
+}
+
+impl PostgresExporter {
+    /// Validates the settings and prepares a pool; does not connect.
+    pub fn new(config: &PostgresExporterConfig) -> Result<PostgresExporter, BuildError> {
+        let mut pg_config = pg_config(&config.connection)?;
+        pg_config.connect_timeout(CONNECT_TIMEOUT);
+        pg_config.application_name("gpuid");
+        let manager = Manager::from_config(
+            pg_config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(4)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|error| BuildError::Invalid {
+                exporter: NAME,
+                problem: format!("connection pool: {error}"),
+            })?;
+        let names = PostgresNames::new(&config.table)?;
+        Ok(PostgresExporter {
+            pool,
+            upsert_sql: rows::batch_statement(&names),
+            names,
+            auto_migrate: config.auto_migrate,
+            migrated: AsyncMutex::new(false),
+        })
+    }
+
+    pub fn names(&self) -> &PostgresNames {
+        &self.names
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, ExportError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|error| ExportError::transient(NAME, format!("connecting: {error}")))
+    }
+
+    /// Applies pending migrations (auto-migrate) or checks they were
+    /// applied; remembered once it succeeded.
+    pub async fn ensure_schema(&self) -> Result<(), ExportError> {
+        let mut migrated = self.migrated.lock().await;
+        if *migrated {
+            return Ok(());
+        }
+        let mut client = self.client().await?;
+        if self.auto_migrate {
+            self.migrate(&mut client).await?;
+        } else {
+            let applied = applied_version(&client, &self.names).await?;
+            let latest = MIGRATIONS.last().map_or(0, |(version, _, _)| *version);
+            if applied < latest {
+                // Transient: batches wait in the queue until an operator
+                // applies the schema, instead of being dropped.
+                return Err(ExportError::transient(
+                    NAME,
+                    format!(
+                        "schema of {} is at version {applied}, this gpuid needs {latest}: set POSTGRES_AUTO_MIGRATE=true or apply the migrations",
+                        self.names.view
+                    ),
+                ));
+            }
+        }
+        *migrated = true;
+        Ok(())
+    }
+
+    async fn migrate(&self, client: &mut deadpool_postgres::Object) -> Result<(), ExportError> {
+        let names = &self.names;
+        let transaction = client
+            .transaction()
+            .await
+            .map_err(|e| classify(e, "starting migration"))?;
+        // Serialises replicas migrating at the same time; released at commit.
+        transaction
+            .execute(
+                "SELECT pg_advisory_xact_lock(hashtext($1))",
+                &[&format!("gpuid-migrations:{}", names.migrations)],
+            )
+            .await
+            .map_err(|e| classify(e, "taking the migration lock"))?;
+        if let Some(schema) = &names.schema {
+            transaction
+                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote(schema)))
+                .await
+                .map_err(|e| classify(e, "creating the schema"))?;
+        }
+        transaction
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {} (
+                    scope text NOT NULL,
+                    version integer NOT NULL,
+                    name text NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now(),
+                    PRIMARY KEY (scope, version))",
+                names.migrations
+            ))
+            .await
+            .map_err(|e| classify(e, "creating schema_migrations"))?;
+        let rows = transaction
+            .query(
+                &format!("SELECT version FROM {} WHERE scope = $1", names.migrations),
+                &[&names.scope],
+            )
+            .await
+            .map_err(|e| classify(e, "reading schema_migrations"))?;
+        let applied: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+        for (version, name, sql) in MIGRATIONS {
+            if applied.contains(version) {
+                continue;
+            }
+            transaction
+                .batch_execute(&names.render(sql))
+                .await
+                .map_err(|e| classify(e, &format!("migration {version} ({name})")))?;
+            transaction
+                .execute(
+                    &format!(
+                        "INSERT INTO {} (scope, version, name) VALUES ($1, $2, $3)",
+                        names.migrations
+                    ),
+                    &[&names.scope, version, name],
+                )
+                .await
+                .map_err(|e| classify(e, "recording a migration"))?;
+            tracing::info!(table = %names.view, version, name, "applied PostgreSQL migration");
+        }
+        transaction
+            .commit()
+            .await
+            .map_err(|e| classify(e, "committing migrations"))
+    }
+}
+
+async fn applied_version(
+    client: &deadpool_postgres::Object,
+    names: &PostgresNames,
+) -> Result<i32, ExportError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&names.migrations])
+        .await
+        .map_err(|e| classify(e, "looking for schema_migrations"))?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    let version: Option<i32> = client
+        .query_one(
+            &format!(
+                "SELECT max(version) FROM {} WHERE scope = $1",
+                names.migrations
+            ),
+            &[&names.scope],
+        )
+        .await
+        .map_err(|e| classify(e, "reading schema_migrations"))?
+        .get(0);
+    Ok(version.unwrap_or(0))
+}
+
+impl Exporter for PostgresExporter {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    async fn export(&self, batch: &Batch) -> Result<(), ExportError> {
+        self.ensure_schema().await?;
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&self.upsert_sql)
+            .await
+            .map_err(|e| classify(e, "preparing the batch statement"))?;
+        let columns = rows::Columns::from_batch(batch);
+        client
+            .query_one(&statement, &columns.params())
+            .await
+            .map_err(|e| classify(e, "writing the batch"))?;
+        Ok(())
+    }
+
+    async fn health(&self) -> Health {
+        let check = async {
+            let client = self.client().await?;
+            client
+                .simple_query("SELECT 1")
+                .await
+                .map_err(|e| classify(e, "ping"))?;
+            drop(client);
+            self.ensure_schema().await
+        };
+        match check.await {
+            Ok(()) => Health::Healthy,
+            Err(error) => Health::unhealthy(error.message),
+        }
+    }
+}
+
+fn pg_config(connection: &PostgresConnection) -> Result<tokio_postgres::Config, BuildError> {
+    let invalid = |problem: String| BuildError::Invalid {
+        exporter: NAME,
+        problem,
+    };
+    let config = match connection {
+        PostgresConnection::Dsn(dsn) => dsn
+            .expose()
+            .trim()
+            .parse::<tokio_postgres::Config>()
+            // The parser's message may quote the URL, which holds the password.
+            .map_err(|_| {
+                invalid("POSTGRES_DSN is not a URL the PostgreSQL client accepts".to_owned())
+            })?,
+        PostgresConnection::Params {
+            host,
+            port,
+            dbname,
+            user,
+            password,
+            sslmode,
+        } => {
+            let mut config = tokio_postgres::Config::new();
+            config
+                .host(host)
+                .port(*port)
+                .dbname(dbname)
+                .user(user)
+                .password(password.expose())
+                .ssl_mode(match sslmode {
+                    SslMode::Disable => PgSslMode::Disable,
+                    SslMode::Allow | SslMode::Prefer => PgSslMode::Prefer,
+                    SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
+                        PgSslMode::Require
+                    }
+                });
+            config
+        }
+    };
+    if config.get_ssl_mode() == PgSslMode::Require {
+        return Err(invalid(
+            "TLS to PostgreSQL is not supported by this build: set POSTGRES_SSLMODE=disable or prefer (or sslmode=disable in POSTGRES_DSN) and reach the database over a trusted network or a TLS sidecar".to_owned(),
+        ));
+    }
+    Ok(config)
+}
+
+/// Connection problems, resource shortages, operator intervention,
+/// serialisation conflicts and lock timeouts may pass; syntax, constraint,
+/// permission and missing-object errors will not.
+fn classify(error: tokio_postgres::Error, doing: &str) -> ExportError {
+    let transient = match error.code() {
+        None => true,
+        Some(code) => {
+            let code = code.code();
+            ["08", "53", "57", "58", "40"]
+                .iter()
+                .any(|class| code.starts_with(class))
+                || code == "55P03"
+        }
+    };
+    let detail = match error.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => {
+            let mut message = error.to_string();
+            if let Some(source) = std::error::Error::source(&error) {
+                message = format!("{message}: {source}");
+            }
+            message
+        }
+    };
+    let message = format!("{doing}: {detail}");
+    if transient {
+        ExportError::transient(NAME, message)
+    } else {
+        ExportError::permanent(NAME, message)
+    }
+}
