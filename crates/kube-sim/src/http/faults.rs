@@ -310,7 +310,7 @@ impl RequestInfo {
 #[derive(Debug, Default, PartialEq)]
 pub struct Decision {
     pub latency: Duration,
-    /// (code, Retry-After seconds, metric label)
+    /// (HTTP code, Retry-After seconds)
     pub error: Option<(u16, Option<u64>)>,
     pub close_watch_after: Option<u64>,
     pub expire_watch: bool,

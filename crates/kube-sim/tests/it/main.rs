@@ -3,6 +3,8 @@
 
 mod crd;
 mod crud;
+mod faults;
+mod kubectl_parity;
 mod lifecycle;
 mod selectors;
 mod support;
