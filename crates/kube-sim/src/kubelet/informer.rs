@@ -47,8 +47,19 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
-    tokio::select! {
-        _ = shutdown.cancelled() => false,
-        result = store.wait_until_ready() => result.is_ok(),
+    // `wait_until_ready` keeps only the waker of the last task that polled
+    // it, so with several loops sharing one store the others would sleep
+    // forever; polling again on a short timer makes every waiter see it.
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            result = tokio::time::timeout(
+                std::time::Duration::from_millis(50),
+                store.wait_until_ready(),
+            ) => match result {
+                Ok(ready) => return ready.is_ok(),
+                Err(_) => continue,
+            },
+        }
     }
 }

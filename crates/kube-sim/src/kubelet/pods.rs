@@ -107,14 +107,35 @@ impl Kubelet {
         self.runs.retain(|uid, _| live.contains(uid));
         self.written.retain(|uid, _| live.contains(uid));
         self.stopping.retain(|uid| live.contains(uid));
+        let known_nodes: HashSet<String> = nodes
+            .state()
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
         let mut next: Option<Timestamp> = None;
         for pod in &all {
-            let Some(host_ip) = pod
+            let node_name = pod
                 .spec
                 .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .and_then(|n| host_ips.get(n))
-            else {
+                .and_then(|s| s.node_name.as_deref())
+                .filter(|n| !n.is_empty());
+            // Like the pod garbage collector: a deleting pod bound to a node
+            // that does not exist has no kubelet to finish it.
+            if let Some(node_name) = node_name
+                && !known_nodes.contains(node_name)
+                && pod.metadata.deletion_timestamp.is_some()
+                && let Some(uid) = pod.metadata.uid.clone()
+                && self.stopping.insert(uid.clone())
+            {
+                let api = Api::namespaced(
+                    self.client.clone(),
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                );
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                self.finish_deletion(api, name, uid, shutdown.clone());
+                continue;
+            }
+            let Some(host_ip) = node_name.and_then(|n| host_ips.get(n)) else {
                 continue;
             };
             if let Some(due) = self.sync_pod(pod, host_ip, shutdown).await {

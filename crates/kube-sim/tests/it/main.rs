@@ -10,3 +10,4 @@ mod selectors;
 mod support;
 mod watch;
 mod exec
+mod kubelet

@@ -1,0 +1,539 @@
+//! The simulated kubelet, scheduler and service IPs, observed only through
+//! the API as a user would (kube::Api and kubectl).
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, PodCondition, Service};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube_sim::{KubeSim, KubeletConfig};
+use serde_json::{Value, json};
+
+use crate::exec::kubectl_async;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn sim() -> KubeSim {
+    let config = KubeletConfig {
+        lease_renew_interval: Duration::from_millis(200),
+        stop_delay: Duration::from_millis(50),
+        restart_delay: Duration::from_millis(100),
+        ..KubeletConfig::default()
+    };
+    KubeSim::builder().kubelet(config).start().await.unwrap()
+}
+
+/// Polls `check` until it returns Some, failing the test after a generous timeout.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn pod_where(api: &Api<Pod>, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) -> Pod {
+    eventually(what, || async {
+        api.get_opt(name).await.unwrap().filter(|p| pred(p))
+    })
+    .await
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default()
+}
+
+fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+async fn create_node(sim: &KubeSim, name: &str, labels: Value, capacity: Value) -> Node {
+    let nodes: Api<Node> = Api::all(sim.client());
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"capacity": capacity},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap()
+}
+
+async fn create_pod(sim: &KubeSim, value: Value) -> Pod {
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let mut value = value;
+    value["apiVersion"] = json!("v1");
+    value["kind"] = json!("Pod");
+    if value["spec"].get("containers").is_none() {
+        value["spec"]["containers"] = json!([{"name": "main", "image": "registry.example/app:1"}]);
+    }
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(value).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+fn gpu_limits(gpus: u32) -> Value {
+    json!([{"name": "main", "image": "registry.example/train:1",
+        "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}])
+}
+
+async fn gpu_cluster(sim: &KubeSim) {
+    create_node(sim, "cpu-1", json!({}), json!({})).await;
+    for name in ["gpu-1", "gpu-2"] {
+        create_node(
+            sim,
+            name,
+            json!({"nvidia.com/gpu.present": "true"}),
+            json!({"nvidia.com/gpu": "8"}),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_gpu_node_becomes_ready_with_its_capacity_and_renews_its_lease() {
+    let sim = sim().await;
+    create_node(&sim, "gpu-1", json!({}), json!({"nvidia.com/gpu": "8"})).await;
+    let nodes: Api<Node> = Api::all(sim.client());
+    let node = eventually("the node to be Ready", || async {
+        let node = nodes.get("gpu-1").await.unwrap();
+        let status = node.status.as_ref()?;
+        let ready = status
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(node)
+    })
+    .await;
+    let status = node.status.unwrap();
+    let allocatable = status.allocatable.unwrap();
+    assert_eq!(allocatable["nvidia.com/gpu"].0, "8");
+    assert_eq!(allocatable["cpu"].0, "32");
+    assert_eq!(allocatable["memory"].0, "256Gi");
+    assert_eq!(allocatable["pods"].0, "110");
+    let addresses = status.addresses.unwrap();
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && !a.address.is_empty())
+    );
+
+    let leases: Api<Lease> = Api::namespaced(sim.client(), "kube-node-lease");
+    let first = eventually("the node lease", || async {
+        leases.get_opt("gpu-1").await.unwrap()
+    })
+    .await;
+    let spec = first.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("gpu-1"));
+    assert_eq!(spec.lease_duration_seconds, Some(40));
+    let first_renew = spec.renew_time.unwrap();
+    eventually("the lease to be renewed", || async {
+        let lease = leases.get("gpu-1").await.unwrap();
+        let renewed = lease.spec?.renew_time?;
+        (renewed.0 > first_renew.0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_that_opts_out_is_left_to_its_creator() {
+    let sim = sim().await;
+    create_node(
+        &sim,
+        "manual",
+        json!({"kube-sim.gpufleet.dev/simulated": "false"}),
+        json!({}),
+    )
+    .await;
+    // A simulated node created after it is handled, so the kubelet has run.
+    create_node(&sim, "auto", json!({}), json!({})).await;
+    let leases: Api<Lease> = Api::namespaced(sim.client(), "kube-node-lease");
+    eventually("the simulated node's lease", || async {
+        leases.get_opt("auto").await.unwrap()
+    })
+    .await;
+    assert!(leases.get_opt("manual").await.unwrap().is_none());
+    let nodes: Api<Node> = Api::all(sim.client());
+    let manual = nodes.get("manual").await.unwrap();
+    assert!(
+        manual
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_two_gpu_pod_binds_to_a_gpu_node_and_runs() {
+    let sim = sim().await;
+    gpu_cluster(&sim).await;
+    create_pod(
+        &sim,
+        json!({"metadata": {"name": "trainer"}, "spec": {"containers": gpu_limits(2)}}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let running = pod_where(&pods, "trainer", "the pod to run", |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let node = running.spec.as_ref().unwrap().node_name.clone().unwrap();
+    assert!(node.starts_with("gpu-"), "bound to {node}");
+    assert_eq!(condition(&running, "PodScheduled").unwrap().status, "True");
+    assert_eq!(condition(&running, "Ready").unwrap().status, "True");
+    assert_eq!(
+        condition(&running, "ContainersReady").unwrap().status,
+        "True"
+    );
+    assert_eq!(condition(&running, "Initialized").unwrap().status, "True");
+    let status = running.status.unwrap();
+    assert!(status.pod_ip.is_some_and(|ip| ip.starts_with("10.244.")));
+    assert!(status.host_ip.is_some());
+    assert!(status.start_time.is_some());
+    let container = &status.container_statuses.unwrap()[0];
+    assert!(container.ready);
+    assert!(container.state.as_ref().unwrap().running.is_some());
+
+    // kubectl sees the same.
+    let out = kubectl_async(
+        &sim,
+        &[
+            "get",
+            "pod",
+            "trainer",
+            "-o",
+            "jsonpath={.status.phase} {.spec.nodeName}",
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("Running {node}")
+    );
+}
+
+#[tokio::test]
+async fn gpus_are_counted_so_a_full_node_takes_no_more() {
+    let sim = sim().await;
+    create_node(&sim, "gpu-1", json!({}), json!({"nvidia.com/gpu": "4"})).await;
+    for name in ["a", "b", "c"] {
+        create_pod(
+            &sim,
+            json!({"metadata": {"name": name}, "spec": {"containers": gpu_limits(2)}}),
+        )
+        .await;
+    }
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let unschedulable = eventually("one pod to be unschedulable", || async {
+        let list = pods.list(&Default::default()).await.unwrap();
+        let bound = list
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().unwrap().node_name.is_some())
+            .count();
+        let waiting: Vec<Pod> = list
+            .items
+            .into_iter()
+            .filter(|p| {
+                condition(p, "PodScheduled")
+                    .is_some_and(|c| c.reason.as_deref() == Some("Unschedulable"))
+            })
+            .collect();
+        (bound == 2 && waiting.len() == 1).then_some(waiting)
+    })
+    .await;
+    assert_eq!(
+        condition(&unschedulable[0], "PodScheduled")
+            .unwrap()
+            .message
+            .as_deref(),
+        Some("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    );
+}
+
+#[tokio::test]
+async fn a_nine_gpu_pod_stays_pending_with_kube_schedulers_message() {
+    let sim = sim().await;
+    gpu_cluster(&sim).await;
+    create_pod(
+        &sim,
+        json!({"metadata": {"name": "huge"}, "spec": {
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "containers": gpu_limits(9),
+        }}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let pending = pod_where(&pods, "huge", "the Unschedulable condition", |p| {
+        condition(p, "PodScheduled").is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let scheduled = condition(&pending, "PodScheduled").unwrap();
+    assert_eq!(scheduled.reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(
+        scheduled.message.as_deref(),
+        Some(
+            "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 Insufficient nvidia.com/gpu."
+        )
+    );
+    assert_eq!(phase(&pending), "Pending");
+    assert!(pending.spec.unwrap().node_name.is_none());
+}
+
+#[tokio::test]
+async fn a_pod_of_a_job_like_owner_runs_to_succeeded() {
+    let sim = sim().await;
+    create_node(&sim, "node-1", json!({}), json!({})).await;
+    let owners: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let owner = owners
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "job-1"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &sim,
+        json!({
+            "metadata": {
+                "name": "job-1-worker",
+                "annotations": {"kube-sim.gpufleet.dev/run-seconds": "0.3"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "job-1",
+                    "uid": owner.metadata.uid.unwrap(), "controller": true}],
+            },
+            "spec": {"restartPolicy": "Never"},
+        }),
+    )
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let done = pod_where(&pods, "job-1-worker", "the pod to succeed", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let container = &done
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    let terminated = container
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .as_ref()
+        .unwrap();
+    assert_eq!(terminated.exit_code, 0);
+    assert_eq!(terminated.reason.as_deref(), Some("Completed"));
+    assert_eq!(
+        condition(&done, "Ready").unwrap().reason.as_deref(),
+        Some("PodCompleted")
+    );
+}
+
+#[tokio::test]
+async fn per_container_exit_codes_fail_a_never_restart_pod() {
+    let sim = sim().await;
+    create_node(&sim, "node-1", json!({}), json!({})).await;
+    create_pod(
+        &sim,
+        json!({
+            "metadata": {"name": "two", "annotations": {
+                "kube-sim.gpufleet.dev/run-seconds": "0.2",
+                "kube-sim.gpufleet.dev/exit-code.sidecar": "3",
+            }},
+            "spec": {"restartPolicy": "Never", "containers": [
+                {"name": "main", "image": "a"}, {"name": "sidecar", "image": "b"}
+            ]},
+        }),
+    )
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let failed = pod_where(&pods, "two", "the pod to fail", |p| phase(p) == "Failed").await;
+    let codes: Vec<(String, i32)> = failed
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.name, c.state.unwrap().terminated.unwrap().exit_code))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![("main".to_string(), 0), ("sidecar".to_string(), 3)]
+    );
+}
+
+#[tokio::test]
+async fn on_failure_restarts_failed_containers_and_counts_the_restarts() {
+    let sim = sim().await;
+    create_node(&sim, "node-1", json!({}), json!({})).await;
+    create_pod(
+        &sim,
+        json!({
+            "metadata": {"name": "flaky", "annotations": {
+                "kube-sim.gpufleet.dev/run-seconds": "0.2",
+                "kube-sim.gpufleet.dev/exit-code": "1,1,0",
+            }},
+            "spec": {"restartPolicy": "OnFailure"},
+        }),
+    )
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let done = pod_where(&pods, "flaky", "the pod to succeed after restarts", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let container = &done.status.unwrap().container_statuses.unwrap()[0];
+    assert_eq!(container.restart_count, 2);
+    let last = container
+        .last_state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .as_ref()
+        .unwrap();
+    assert_eq!(last.exit_code, 1);
+}
+
+#[tokio::test]
+async fn always_restarts_forever_and_the_count_grows() {
+    let sim = sim().await;
+    create_node(&sim, "node-1", json!({}), json!({})).await;
+    create_pod(
+        &sim,
+        json!({
+            "metadata": {"name": "server", "annotations": {"kube-sim.gpufleet.dev/run-seconds": "0.1"}},
+            "spec": {"restartPolicy": "Always"},
+        }),
+    )
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let restarted = pod_where(&pods, "server", "three restarts", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| cs[0].restart_count >= 3)
+    })
+    .await;
+    assert_eq!(phase(&restarted), "Running");
+}
+
+#[tokio::test]
+async fn a_graceful_deletion_is_finished_by_the_kubelet() {
+    let sim = sim().await;
+    create_node(&sim, "node-1", json!({}), json!({})).await;
+    create_pod(&sim, json!({"metadata": {"name": "web"}, "spec": {}})).await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    pod_where(&pods, "web", "the pod to run", |p| phase(p) == "Running").await;
+    // The default grace period is 30 s; the kubelet finishes long before.
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    eventually("the kubelet to remove the pod", || async {
+        pods.get_opt("web").await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_for_another_scheduler_is_left_alone() {
+    let sim = sim().await;
+    create_node(&sim, "node-1", json!({}), json!({})).await;
+    create_pod(
+        &sim,
+        json!({"metadata": {"name": "gang"}, "spec": {"schedulerName": "volcano"}}),
+    )
+    .await;
+    create_pod(&sim, json!({"metadata": {"name": "plain"}, "spec": {}})).await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    // Once a later default pod is bound, the scheduler has seen both.
+    pod_where(&pods, "plain", "the default pod to bind", |p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+    })
+    .await;
+    let gang = pods.get("gang").await.unwrap();
+    assert!(gang.spec.as_ref().unwrap().node_name.is_none());
+    assert!(condition(&gang, "PodScheduled").is_none());
+    assert_eq!(phase(&gang), "Pending");
+}
+
+#[tokio::test]
+async fn services_get_distinct_cluster_ips_and_headless_ones_stay_headless() {
+    let sim = sim().await;
+    let services: Api<Service> = Api::default_namespaced(sim.client());
+    for (name, cluster_ip) in [("a", None), ("b", None), ("headless", Some("None"))] {
+        let mut spec = json!({"ports": [{"port": 80}]});
+        if let Some(ip) = cluster_ip {
+            spec["clusterIP"] = json!(ip);
+        }
+        let svc: Service =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+        services.create(&PostParams::default(), &svc).await.unwrap();
+    }
+    let ips = eventually("cluster IPs", || async {
+        let mut ips = Vec::new();
+        for name in ["a", "b"] {
+            let svc = services.get(name).await.unwrap();
+            ips.push(svc.spec?.cluster_ip.filter(|ip| !ip.is_empty())?);
+        }
+        Some(ips)
+    })
+    .await;
+    assert_ne!(ips[0], ips[1]);
+    for ip in &ips {
+        let addr: std::net::Ipv4Addr = ip.parse().unwrap();
+        assert_eq!(addr.octets()[0], 10);
+        assert!(
+            (96..112).contains(&addr.octets()[1]),
+            "{ip} outside 10.96.0.0/12"
+        );
+    }
+    let headless = services.get("headless").await.unwrap();
+    assert_eq!(headless.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+}
+
+#[tokio::test]
+async fn with_the_simulation_off_pods_stay_pending() {
+    let sim = KubeSim::builder()
+        .kubelet(KubeletConfig::disabled())
+        .start()
+        .await
+        .unwrap();
+    create_node(&sim, "node-1", json!({}), json!({})).await;
+    create_pod(&sim, json!({"metadata": {"name": "idle"}, "spec": {}})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let idle = pods.get("idle").await.unwrap();
+    assert_eq!(phase(&idle), "Pending");
+    assert!(idle.spec.unwrap().node_name.is_none());
+}
