@@ -9,5 +9,5 @@ mod lifecycle;
 mod selectors;
 mod support;
 mod watch;
-mod exec
-mod kubelet
+mod exec;
+mod kubelet;
