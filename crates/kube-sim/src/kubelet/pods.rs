@@ -21,6 +21,8 @@ use super::ipam::Ipv4Pool;
 use super::lifecycle::{self, Behaviour, PodRun, RestartPolicy};
 use super::node::{self, is_simulated};
 
+const FINAL_DELETE_ATTEMPTS: u32 = 5;
+
 struct Kubelet {
     client: kube::Client,
     config: KubeletConfig,
@@ -257,8 +259,20 @@ impl Kubelet {
                 }),
                 ..DeleteParams::default()
             };
-            if let Err(e) = api.delete(&name, &params).await {
-                tracing::debug!(pod = %name, error = %e, "final pod delete failed");
+            // Retried a few times: this kubelet will not look at the pod again.
+            for attempt in 1..=FINAL_DELETE_ATTEMPTS {
+                match api.delete(&name, &params).await {
+                    Ok(_) => return,
+                    // Gone already, or a new pod took the name.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return,
+                    Err(e) => {
+                        tracing::debug!(pod = %name, attempt, error = %e, "final pod delete failed");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            _ = tokio::time::sleep(stop.max(Duration::from_millis(100)) * attempt) => {}
+                        }
+                    }
+                }
             }
         });
     }

@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
+use kube::{Api, Resource};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -91,8 +92,15 @@ pub(crate) async fn run(
     }
     // Pods bound but not yet seen bound in the cache: uid -> (node, requests).
     let mut assumed: HashMap<String, (String, Resources)> = HashMap::new();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: DEFAULT_SCHEDULER.into(),
+            instance: None,
+        },
+    );
     loop {
-        schedule_pass(&client, &pods, &nodes, &mut assumed).await;
+        schedule_pass(&client, &recorder, &pods, &nodes, &mut assumed).await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = wake.notified() => {}
@@ -100,8 +108,24 @@ pub(crate) async fn run(
     }
 }
 
+/// Records a scheduling decision as kube-scheduler does (`Scheduled`,
+/// `FailedScheduling`); losing an Event never blocks scheduling.
+async fn record(recorder: &Recorder, pod: &Pod, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Scheduling".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &pod.object_ref(&())).await {
+        tracing::debug!(error = %e, "cannot record a scheduling event");
+    }
+}
+
 async fn schedule_pass(
     client: &kube::Client,
+    recorder: &Recorder,
     pods: &Store<Pod>,
     nodes: &Store<Node>,
     assumed: &mut HashMap<String, (String, Resources)>,
@@ -182,6 +206,14 @@ async fn schedule_pass(
                     .await
                 {
                     Ok(_) => {
+                        record(
+                            recorder,
+                            pod,
+                            EventType::Normal,
+                            "Scheduled",
+                            format!("Successfully assigned {namespace}/{name} to {node_name}"),
+                        )
+                        .await;
                         let requests = fit::pod_requests(pod);
                         add(used.entry(node_name.clone()).or_default(), &requests);
                         if let Some(uid) = pod.metadata.uid.clone() {
@@ -220,11 +252,23 @@ async fn schedule_pass(
                     "lastTransitionTime": format_time(jiff::Timestamp::now()),
                 }));
                 let patch = json!({"status": {"conditions": conditions}});
-                if let Err(e) = api
+                match api
                     .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                 {
-                    tracing::debug!(pod = %name, error = %e, "cannot record Unschedulable");
+                    Ok(_) => {
+                        record(
+                            recorder,
+                            pod,
+                            EventType::Warning,
+                            "FailedScheduling",
+                            message,
+                        )
+                        .await
+                    }
+                    Err(e) => {
+                        tracing::debug!(pod = %name, error = %e, "cannot record Unschedulable")
+                    }
                 }
             }
         }

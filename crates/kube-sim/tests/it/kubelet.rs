@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, PodCondition, Service};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube_sim::{KubeSim, KubeletConfig};
 use serde_json::{Value, json};
@@ -64,6 +65,19 @@ fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_)
+}
+
+/// Waits for an Event with `reason` about pod `name` and returns its note.
+async fn event_note(sim: &KubeSim, name: &str, reason: &str) -> String {
+    let events: Api<Event> = Api::default_namespaced(sim.client());
+    eventually(&format!("a {reason} event"), || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items.into_iter().find_map(|e| {
+            let about = e.regarding.as_ref()?.name.as_deref()? == name;
+            (about && e.reason.as_deref() == Some(reason)).then(|| e.note.unwrap_or_default())
+        })
+    })
+    .await
 }
 
 async fn create_node(sim: &KubeSim, name: &str, labels: Value, capacity: Value) -> Node {
@@ -218,6 +232,11 @@ async fn a_two_gpu_pod_binds_to_a_gpu_node_and_runs() {
     assert!(container.ready);
     assert!(container.state.as_ref().unwrap().running.is_some());
 
+    assert_eq!(
+        event_note(&sim, "trainer", "Scheduled").await,
+        format!("Successfully assigned default/trainer to {node}")
+    );
+
     // kubectl sees the same.
     let out = kubectl_async(
         &sim,
@@ -307,7 +326,11 @@ async fn a_nine_gpu_pod_stays_pending_with_kube_schedulers_message() {
         )
     );
     assert_eq!(phase(&pending), "Pending");
-    assert!(pending.spec.unwrap().node_name.is_none());
+    assert!(pending.spec.as_ref().unwrap().node_name.is_none());
+    assert_eq!(
+        event_note(&sim, "huge", "FailedScheduling").await,
+        scheduled.message.clone().unwrap()
+    );
 }
 
 #[tokio::test]
