@@ -7,3 +7,8 @@ mod fixtures;
 mod fuzz;
 mod golden;
 mod pipeline;
+mod export_http;
+mod export_postgres;
+mod export_s3;
+mod export_stdout;
+mod export_support;

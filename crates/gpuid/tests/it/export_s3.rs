@@ -1,0 +1,197 @@
+//! The s3 exporter against moto_server (GPUFLEET_TEST_S3_ENDPOINT, started
+//! by scripts/test.sh). Buckets are created per test; reads go through
+//! plain unsigned HTTP so they do not share code with the exporter.
+
+use bytes::Bytes;
+use gpuid::config::{S3ExporterConfig, Secret};
+use gpuid::export::{Exporter, S3Credentials, S3Exporter, S3Format, S3Settings};
+use gpuid::record::GpuRecord;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::export_support::{batch, h100_batch, s3_endpoint};
+
+type Plain = Client<HttpConnector, Full<Bytes>>;
+
+fn plain() -> Plain {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+async fn call(method: &str, url: &str) -> (u16, String) {
+    // moto refuses anonymous reads but accepts any credentials, so a
+    // syntactically valid header is enough.
+    let request = http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=testing/20260821/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0",
+        )
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = plain().request(request).await.unwrap_or_else(|error| {
+        panic!(
+            "moto_server at {url} does not answer ({error}): run the tests through scripts/test.sh"
+        )
+    });
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn create_bucket(endpoint: &str) -> String {
+    let bucket = format!("gpuid-{}", uuid::Uuid::new_v4().simple());
+    let (status, body) = call("PUT", &format!("{endpoint}/{bucket}")).await;
+    assert_eq!(status, 200, "creating bucket {bucket}: {body}");
+    bucket
+}
+
+async fn list_keys(endpoint: &str, bucket: &str) -> Vec<String> {
+    let (status, body) = call("GET", &format!("{endpoint}/{bucket}?list-type=2")).await;
+    assert_eq!(status, 200, "{body}");
+    let mut keys: Vec<String> = body
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("</Key>").map(|(key, _)| key.to_owned()))
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn settings(endpoint: &str, bucket: &str, format: S3Format, replica: &str) -> S3Settings {
+    S3Settings {
+        config: S3ExporterConfig {
+            bucket: bucket.to_owned(),
+            prefix: "serial-numbers".to_owned(),
+            region: "us-east-1".to_owned(),
+            partition_pattern: "year=%Y/month=%m/day=%d/hour=%H".to_owned(),
+            endpoint: Some(endpoint.to_owned()),
+            force_path_style: true,
+        },
+        format,
+        replica: replica.to_owned(),
+        credentials: Some(S3Credentials {
+            access_key_id: "testing".to_owned(),
+            secret_access_key: Secret::new("testing"),
+            session_token: None,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn a_batch_becomes_csv_objects_with_a_header_under_upstreams_partition() {
+    let endpoint = s3_endpoint();
+    let bucket = create_bucket(&endpoint).await;
+    let exporter = S3Exporter::new(settings(&endpoint, &bucket, S3Format::Csv, "gpuid-0")).unwrap();
+    assert!(exporter.health().await.is_healthy());
+    let (records, events) = h100_batch();
+    let batch = batch(records.clone(), events.clone());
+    exporter.export(&batch).await.unwrap();
+
+    let keys = list_keys(&endpoint, &bucket).await;
+    let prefix = "serial-numbers/year=2026/month=08/day=21/hour=08/gpuid-0-";
+    assert_eq!(
+        keys,
+        [
+            format!("{prefix}{}-events.csv", batch.id),
+            format!("{prefix}{}-records.csv", batch.id),
+        ]
+    );
+    let (status, csv) = call("GET", &format!("{endpoint}/{bucket}/{}", keys[1])).await;
+    assert_eq!(status, 200);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("cluster,node,machine,source,chassis,gpu,time,gpu_key,uuid"));
+    assert_eq!(lines.len(), records.len() + 1);
+    let first: &GpuRecord = &records[0];
+    let expected_start = format!(
+        "prod,h100-1,i-h100-1,gpu-operator/nvidia-device-plugin-abc,,{},2026-08-21T08:00:00Z,{}",
+        first.gpu.serial.clone().unwrap(),
+        first.gpu_key()
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|line| line.starts_with(&expected_start)),
+        "{csv}"
+    );
+    let (_, events_csv) = call("GET", &format!("{endpoint}/{bucket}/{}", keys[0])).await;
+    assert_eq!(events_csv.lines().count(), events.len() + 1);
+    assert!(
+        events_csv
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains(",gpu_added,prod,")
+    );
+}
+
+#[tokio::test]
+async fn ndjson_objects_hold_full_records() {
+    let endpoint = s3_endpoint();
+    let bucket = create_bucket(&endpoint).await;
+    let exporter =
+        S3Exporter::new(settings(&endpoint, &bucket, S3Format::Ndjson, "gpuid-1")).unwrap();
+    let (records, _) = h100_batch();
+    let batch = batch(records.clone(), Vec::new());
+    exporter.export(&batch).await.unwrap();
+    let keys = list_keys(&endpoint, &bucket).await;
+    assert_eq!(keys.len(), 1, "no events, no events object");
+    assert!(keys[0].ends_with(&format!("gpuid-1-{}-records.ndjson", batch.id)));
+    let (_, body) = call("GET", &format!("{endpoint}/{bucket}/{}", keys[0])).await;
+    let parsed: Vec<GpuRecord> = body
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(parsed, records);
+}
+
+#[tokio::test]
+async fn keys_never_collide_across_replicas_and_retries_rewrite_the_same_key() {
+    let endpoint = s3_endpoint();
+    let bucket = create_bucket(&endpoint).await;
+    let replica_a =
+        S3Exporter::new(settings(&endpoint, &bucket, S3Format::Csv, "gpuid-a")).unwrap();
+    let replica_b =
+        S3Exporter::new(settings(&endpoint, &bucket, S3Format::Csv, "gpuid-b")).unwrap();
+    let (records, _) = h100_batch();
+    let same = batch(records.clone(), Vec::new());
+    let other = batch(records[..2].to_vec(), Vec::new());
+    replica_a.export(&same).await.unwrap();
+    replica_a.export(&same).await.unwrap(); // a retry
+    replica_b.export(&same).await.unwrap(); // same content from another replica, same second
+    replica_a.export(&other).await.unwrap();
+    let keys = list_keys(&endpoint, &bucket).await;
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(
+        keys.iter()
+            .any(|k| k.contains("gpuid-a-") && k.contains(&same.id.to_string()))
+    );
+    assert!(
+        keys.iter()
+            .any(|k| k.contains("gpuid-b-") && k.contains(&same.id.to_string()))
+    );
+    assert!(keys.iter().any(|k| k.contains(&other.id.to_string())));
+}
+
+#[tokio::test]
+async fn a_missing_bucket_is_unhealthy_and_its_writes_are_permanent_failures() {
+    let endpoint = s3_endpoint();
+    let exporter = S3Exporter::new(settings(
+        &endpoint,
+        "gpuid-no-such-bucket",
+        S3Format::Csv,
+        "gpuid-0",
+    ))
+    .unwrap();
+    let health = exporter.health().await;
+    assert!(!health.is_healthy());
+    assert!(format!("{health:?}").contains("404"), "{health:?}");
+    let (records, _) = h100_batch();
+    let error = exporter
+        .export(&batch(records, Vec::new()))
+        .await
+        .unwrap_err();
+    assert!(error.is_permanent(), "{error}");
+}
