@@ -31,6 +31,7 @@ impl Ipv4Pool {
         Self::new(Ipv4Addr::new(10, 96, 0, 0), 12, 2)
     }
 
+    #[cfg(test)]
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         let ip = u32::from(ip);
         ip >= self.first && ip - self.first < self.size

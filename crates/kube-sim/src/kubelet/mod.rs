@@ -14,14 +14,14 @@
 //! - Services get a `clusterIP` from 10.96.0.0/12.
 
 pub(crate) mod binding;
-pub mod fit;
+mod fit;
 mod informer;
-pub mod ipam;
-pub mod lifecycle;
-pub mod node;
+mod ipam;
+mod lifecycle;
+mod node;
 mod nodes;
 mod pods;
-pub mod quantity;
+mod quantity;
 mod scheduler;
 mod services;
 
