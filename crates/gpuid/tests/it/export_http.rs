@@ -284,3 +284,29 @@ async fn a_receiver_that_is_not_listening_is_retryable_and_unhealthy() {
     );
     assert!(!exporter.health().await.is_healthy());
 }
+
+#[tokio::test]
+async fn with_max_attempts_set_a_batch_failing_every_attempt_is_dropped_and_counted_once() {
+    let (endpoint, receiver) = start_receiver(vec![(502, None); 3]).await;
+    let mut config = fast_pipeline();
+    config.retry.max_attempts = Some(3);
+    let pipeline =
+        ExportPipeline::start(HttpExporter::new(&config_for(&endpoint)).unwrap(), config);
+    let (records, events) = h100_batch();
+    pipeline
+        .submit(records.clone(), events.clone())
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the batch to be given up",
+        || async { (pipeline.stats().dropped_after_retries == 1).then_some(()) },
+    )
+    .await;
+    let stats = pipeline.stats();
+    assert_eq!(receiver.received.lock().len(), 3);
+    assert_eq!(stats.retries, 2, "three attempts are two retries");
+    assert_eq!(stats.dropped_items, (records.len() + events.len()) as u64);
+    assert_eq!(stats.batches_exported, 0);
+    assert!(stats.last_error.unwrap().contains("status 502"));
+}

@@ -391,3 +391,46 @@ fn classify(error: tokio_postgres::Error, doing: &str) -> ExportError {
         ExportError::permanent(NAME, message)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(schema: Option<&str>, name: &str) -> PostgresTable {
+        PostgresTable {
+            schema: schema.map(str::to_owned),
+            name: name.to_owned(),
+        }
+    }
+
+    #[test]
+    fn names_derive_from_postgres_table_quoted_and_schema_qualified() {
+        let names = PostgresNames::new(&table(Some("inv"), "gpu")).unwrap();
+        assert_eq!(names.view, r#""inv"."gpu""#);
+        assert_eq!(names.inventory, r#""inv"."gpu_inventory""#);
+        assert_eq!(names.events, r#""inv"."gpu_events""#);
+        assert_eq!(names.migrations, r#""inv"."schema_migrations""#);
+        let plain = PostgresNames::new(&table(None, "serials")).unwrap();
+        assert_eq!(plain.inventory, r#""serials_inventory""#);
+        let sql = plain.render(MIGRATIONS[0].2);
+        assert!(sql.contains(
+            r#"CREATE INDEX IF NOT EXISTS "serials_inventory_node_idx" ON "serials_inventory""#
+        ));
+        assert!(!sql.contains('{'), "every placeholder is filled: {sql}");
+        assert!(!plain.render(MIGRATIONS[1].2).contains('{'));
+    }
+
+    #[test]
+    fn table_names_too_long_for_derived_identifiers_are_refused() {
+        assert!(PostgresNames::new(&table(None, &"g".repeat(MAX_TABLE_NAME))).is_ok());
+        let error = PostgresNames::new(&table(None, &"g".repeat(MAX_TABLE_NAME + 1))).unwrap_err();
+        assert!(error.to_string().contains("63"), "{error}");
+    }
+
+    #[test]
+    fn migrations_are_numbered_from_one_without_gaps() {
+        for (position, (version, _, _)) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(*version as usize, position + 1);
+        }
+    }
+}

@@ -184,3 +184,47 @@ fn unique_events(events: &[ChangeEvent]) -> Vec<&ChangeEvent> {
         .filter(|event| seen.insert(event.id))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::MachineIdSource;
+    use crate::smi::SmiGpu;
+
+    fn record(uuid: &str, node: &str, at: &str) -> GpuRecord {
+        GpuRecord {
+            schema_version: 1,
+            cluster: "prod".into(),
+            node_name: node.into(),
+            node_uid: format!("uid-{node}"),
+            provider_id: None,
+            system_uuid: Some("sys".into()),
+            machine_id: "sys".into(),
+            machine_id_source: MachineIdSource::SystemUuid,
+            source_pod: "ns/pod".into(),
+            observed_at: at.parse().unwrap(),
+            collector_version: "test".into(),
+            gpu: SmiGpu {
+                uuid: Some(uuid.into()),
+                ..SmiGpu::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_gpu_seen_twice_in_one_batch_keeps_the_latest_and_the_earliest_sighting() {
+        let records = [
+            record("GPU-1", "late", "2026-01-02T00:00:00Z"),
+            record("GPU-2", "other", "2026-01-01T12:00:00Z"),
+            record("GPU-1", "early", "2026-01-01T00:00:00Z"),
+        ];
+        let kept = latest_per_key(&records);
+        assert_eq!(kept.len(), 2);
+        let (gpu1, first_seen) = kept.iter().find(|(r, _)| r.gpu_key() == "GPU-1").unwrap();
+        assert_eq!(gpu1.node_name, "late");
+        assert_eq!(
+            *first_seen,
+            "2026-01-01T00:00:00Z".parse::<Timestamp>().unwrap()
+        );
+    }
+}
