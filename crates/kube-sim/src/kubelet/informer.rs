@@ -63,3 +63,11 @@ where
         }
     }
 }
+
+/// A burst of changes (a Job creating many pods, a relist) wakes a loop
+/// once: it waits this long after the first change before acting.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
+
+pub async fn coalesce() {
+    tokio::time::sleep(COALESCE).await;
+}

@@ -111,7 +111,7 @@ pub(crate) async fn run(
         addresses.retain(|n, _| present.contains(n));
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = wake.notified() => {}
+            _ = wake.notified() => informer::coalesce().await,
             _ = tokio::time::sleep(config.lease_renew_interval) => {}
         }
     }

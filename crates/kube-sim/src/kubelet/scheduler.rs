@@ -103,7 +103,7 @@ pub(crate) async fn run(
         schedule_pass(&client, &recorder, &pods, &nodes, &mut assumed).await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = wake.notified() => {}
+            _ = wake.notified() => informer::coalesce().await,
         }
     }
 }

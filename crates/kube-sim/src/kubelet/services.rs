@@ -66,7 +66,7 @@ pub(crate) async fn run(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = wake.notified() => {}
+            _ = wake.notified() => informer::coalesce().await,
         }
     }
 }

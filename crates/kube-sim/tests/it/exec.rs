@@ -371,3 +371,74 @@ async fn kubectl_exec_with_stdin_echoes_it_and_missing_pods_fail() {
         String::from_utf8_lossy(&ghost.stderr)
     );
 }
+
+#[tokio::test]
+async fn device_plugin_pods_on_simulated_nodes_answer_nvidia_smi_per_node() {
+    let sim = KubeSim::builder()
+        .exec_handler(
+            ExecMatcher::any()
+                .namespace("gpu-operator")
+                .labels([("app", "nvidia-device-plugin-daemonset")])
+                .command(["nvidia-smi", "-q", "-x"]),
+            |req: ExecRequest| async move {
+                let node = req.node_name().unwrap_or("none").to_string();
+                ExecOutput::stdout(format!(
+                    "<nvidia_smi_log><gpu><serial>{node}-0</serial></gpu></nvidia_smi_log>"
+                ))
+            },
+        )
+        .start()
+        .await
+        .unwrap();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(sim.client());
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(sim.client());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(sim.http_client().unwrap(), "gpu-operator");
+    for node in ["gpu-a", "gpu-b"] {
+        let n = serde_json::from_value(json!({"metadata": {"name": node},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}}}))
+        .unwrap();
+        nodes.create(&PostParams::default(), &n).await.unwrap();
+        // Placed like a DaemonSet places its pods: nodeName set at creation.
+        let mut p = pod(
+            &format!("device-plugin-{node}"),
+            json!({"app": "nvidia-device-plugin-daemonset"}),
+            &["nvidia-device-plugin-ctr"],
+        );
+        p.spec.as_mut().unwrap().node_name = Some(node.to_string());
+        pods.create(&PostParams::default(), &p).await.unwrap();
+    }
+    for node in ["gpu-a", "gpu-b"] {
+        let name = format!("device-plugin-{node}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let p = pods.get(&name).await.unwrap();
+            if p.status.and_then(|s| s.phase).as_deref() == Some("Running") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{name} never ran");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut process = pods
+            .exec(&name, ["nvidia-smi", "-q", "-x"], &AttachParams::default())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        process
+            .stdout()
+            .unwrap()
+            .read_to_string(&mut out)
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            format!("<nvidia_smi_log><gpu><serial>{node}-0</serial></gpu></nvidia_smi_log>")
+        );
+    }
+}
