@@ -560,3 +560,47 @@ async fn with_the_simulation_off_pods_stay_pending() {
     assert_eq!(phase(&idle), "Pending");
     assert!(idle.spec.unwrap().node_name.is_none());
 }
+
+#[tokio::test]
+async fn the_binding_subresource_assigns_once_and_refuses_a_second_node() {
+    let sim = KubeSim::builder()
+        .kubelet(KubeletConfig::disabled())
+        .start()
+        .await
+        .unwrap();
+    create_pod(&sim, json!({"metadata": {"name": "p"}, "spec": {}})).await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let binding = |node: &str| {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+    };
+    let _: Value = pods
+        .create_subresource("binding", "p", &PostParams::default(), &binding("n1"))
+        .await
+        .unwrap();
+    let bound = pods.get("p").await.unwrap();
+    assert_eq!(
+        bound.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("n1")
+    );
+    assert_eq!(condition(&bound, "PodScheduled").unwrap().status, "True");
+
+    let again = pods
+        .create_subresource::<_, Value>("binding", "p", &PostParams::default(), &binding("n2"))
+        .await;
+    match again {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 409);
+            assert!(
+                status.message.contains("already assigned to node \"n1\""),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let missing = pods
+        .create_subresource::<_, Value>("binding", "ghost", &PostParams::default(), &binding("n1"))
+        .await;
+    assert!(matches!(missing, Err(kube::Error::Api(s)) if s.code == 404));
+}
