@@ -118,7 +118,12 @@ impl KubeSimBuilder {
                     handlers: self.exec_handlers.clone(),
                 },
             ))
-            .merge(crate::kubelet::binding::routes(store.clone()));
+            .merge(crate::kubelet::binding::routes(store.clone()))
+            // faults: in front of every Kubernetes route, merged ones included
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                crate::http::faults::layer,
+            ));
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let listener = TcpListener::bind(addr)
             .await

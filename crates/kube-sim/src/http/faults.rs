@@ -250,7 +250,7 @@ impl Fault {
             && self
                 .resource
                 .as_ref()
-                .is_none_or(|r| *r == request.resource)
+                .is_none_or(|r| *r == request.resource || *r == request.label())
             && self.group.as_ref().is_none_or(|g| *g == request.group)
             && self
                 .namespace
@@ -285,6 +285,8 @@ pub struct RequestInfo {
     pub verb: Verb,
     pub group: String,
     pub resource: String,
+    /// `status`, `exec`, `binding`, ...
+    pub subresource: Option<String>,
     pub namespace: Option<String>,
 }
 
@@ -301,8 +303,17 @@ impl RequestInfo {
             verb,
             group: target.group,
             resource: target.plural,
+            subresource: target.subresource,
             namespace: target.namespace,
         })
+    }
+
+    /// The resource as metrics name it: `pods`, or `pods/status` for a subresource.
+    pub fn label(&self) -> String {
+        match &self.subresource {
+            Some(sub) => format!("{}/{sub}", self.resource),
+            None => self.resource.clone(),
+        }
     }
 }
 
@@ -502,7 +513,7 @@ impl Faults {
 
     fn count(&self, request: &RequestInfo, fault: &str) {
         self.metrics
-            .fault(request.verb.as_str(), &request.resource, fault);
+            .fault(request.verb.as_str(), &request.label(), fault);
     }
 }
 
@@ -606,7 +617,7 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
     if let Some(response) = early {
         metrics.request(
             info.verb.as_str(),
-            &info.resource,
+            &info.label(),
             response.status().as_u16(),
         );
         return response;
@@ -614,7 +625,7 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
     let response = next.run(request).await;
     metrics.request(
         info.verb.as_str(),
-        &info.resource,
+        &info.label(),
         response.status().as_u16(),
     );
     if info.verb != Verb::Watch || response.status() != StatusCode::OK {
@@ -807,6 +818,28 @@ mod tests {
         );
         let version = RequestInfo::from_parts(&Method::GET, &"/version".parse().unwrap());
         assert_eq!(version, None);
+    }
+
+    #[test]
+    fn a_plural_matches_its_subresources_and_a_subresource_only_itself() {
+        let f = faults();
+        f.add(Fault::error(500).resource("pods/status")).unwrap();
+        let status = request("PATCH", "/api/v1/namespaces/a/pods/p/status");
+        assert_eq!(status.label(), "pods/status");
+        assert_eq!(
+            f.decide(&request("PATCH", "/api/v1/namespaces/a/pods/p"))
+                .error,
+            None
+        );
+        assert_eq!(f.decide(&status).error, Some((500, None)));
+        f.clear();
+        f.add(Fault::error(500).resource("pods")).unwrap();
+        assert_eq!(f.decide(&status).error, Some((500, None)));
+        assert_eq!(
+            f.metrics
+                .faults_injected("patch", "pods/status", "error_500"),
+            2
+        );
     }
 
     #[test]

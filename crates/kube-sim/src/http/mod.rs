@@ -63,10 +63,6 @@ pub fn router(state: AppState) -> Router {
             axum::routing::delete(faults::remove_fault),
         )
         .fallback(dispatch)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            faults::layer,
-        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
