@@ -1,2 +1,289 @@
-//! Mokka pure-core benchmarks (filled in below as modules land).
-fn main() {}
+//! Mokka pure-core benchmarks at upstream's scale contract: 100,000 Nodes in
+//! GB300 NVL72-shaped racks (18 Nodes x 4 GPUs, 5,556 racks).
+//!
+//! Run: `CARGO_TARGET_DIR=/work/targets/mokka cargo bench -p mokka`
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use mokka::allocate::{AllocationInput, GroupInput, GroupKey, NodeInput, allocate};
+use mokka::api::*;
+use mokka::fixtures::{example_default_runtime, gb300_nvl72_profile};
+use mokka::policy::{Evaluation, EvaluationInput, GpuCoordinate};
+use mokka::render::{RackCoordinate, ResolvedProfile, render_resolved_rack};
+
+const NODES: usize = 100_000;
+const RACKS: i32 = 5_556;
+const NODES_PER_RACK: i32 = 18;
+const GPUS_PER_NODE: i32 = 4;
+const POLICIES: usize = 1_000;
+const QUERIES: usize = 4_000_000;
+
+fn time(seconds: i64) -> Option<Time> {
+    k8s_openapi::jiff::Timestamp::from_second(seconds)
+        .ok()
+        .map(Time)
+}
+
+fn node(index: usize) -> NodeInput {
+    NodeInput {
+        name: format!("node-{index:06}"),
+        uid: format!("uid-{index:06}"),
+        created: time(1_700_000_000 + index as i64),
+        labels: BTreeMap::from([
+            (LABEL_SGPU_NODE.to_string(), "true".to_string()),
+            (
+                "mokka.nvidia.com/sgpu-group".to_string(),
+                "compute".to_string(),
+            ),
+        ]),
+    }
+}
+
+fn group_key() -> GroupKey {
+    GroupKey::new("fleet", "fleet-uid", "compute")
+}
+
+/// Median of `runs` timings of `work`.
+fn measure<T>(runs: usize, mut work: impl FnMut() -> T) -> Duration {
+    let mut samples: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            black_box(work());
+            start.elapsed()
+        })
+        .collect();
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn row(name: &str, runs: usize, median: Duration, target: &str, extra: &str) {
+    println!(
+        "| {name} | {runs} | {:.1} ms | {target} | {extra} |",
+        median.as_secs_f64() * 1e3
+    );
+}
+
+fn main() {
+    println!("| benchmark | runs | median | target | notes |");
+    println!("|---|---|---|---|---|");
+
+    // Allocation from empty.
+    let selector = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "mokka.nvidia.com/sgpu-group".to_string(),
+                "compute".to_string(),
+            )])),
+            ..Default::default()
+        },
+    );
+    let empty = AllocationInput {
+        groups: vec![GroupInput {
+            key: group_key(),
+            selector,
+            racks: RACKS,
+            nodes_per_rack: NODES_PER_RACK,
+        }],
+        nodes: (0..NODES).map(node).collect(),
+        bindings: Vec::new(),
+    };
+    let mut first = None;
+    let from_empty = measure(5, || {
+        let allocation = allocate(&empty).expect("valid input");
+        first.get_or_insert(allocation).assigned.len()
+    });
+    let first = first.expect("ran at least once");
+    assert_eq!(first.assigned.len(), NODES);
+    row(
+        "allocate 100,000 Nodes from empty",
+        5,
+        from_empty,
+        "< 1 s",
+        "5,556 racks x 18 Nodes, 1 group",
+    );
+
+    // One Node changed: a bound Node is replaced by a new one.
+    let mut changed = empty.clone();
+    changed.bindings = first.bindings.clone();
+    changed.nodes.remove(NODES / 2);
+    changed.nodes.push(NodeInput {
+        name: "node-new".into(),
+        uid: "uid-new".into(),
+        ..node(NODES + 1)
+    });
+    let mut one = None;
+    let one_change = measure(9, || {
+        let allocation = allocate(&changed).expect("valid input");
+        one.get_or_insert(allocation).assigned.len()
+    });
+    let one = one.expect("ran at least once");
+    assert_eq!(one.retained.len(), NODES - 1);
+    assert_eq!(one.released.len(), 1);
+    assert!(one.assigned.len() == 1 || one.pending.len() == 1);
+    row(
+        "allocate with one Node changed (99,999 retained, 1 NodeGone, 1 new)",
+        9,
+        one_change,
+        "< 100 ms",
+        "full recompute over the bound input",
+    );
+
+    // Rendering every rack.
+    let profile = gb300_nvl72_profile("gb300-nvl72", "profile-uid");
+    let resolved = ResolvedProfile::resolve(&profile).expect("valid profile");
+    let render_all = measure(3, || {
+        (0..RACKS)
+            .map(|rack_index| {
+                let coordinate = RackCoordinate {
+                    inventory_name: "fleet",
+                    inventory_uid: "fleet-uid",
+                    group: "compute",
+                    rack_index,
+                    rack_count: RACKS,
+                };
+                render_resolved_rack(coordinate, &resolved)
+                    .expect("renders")
+                    .nodes
+                    .len()
+            })
+            .sum::<usize>()
+    });
+    row(
+        "render 5,556 racks (400,032 GPU identities)",
+        3,
+        render_all,
+        "-",
+        "UUIDv5 + serial per GPU, 1 MiB check",
+    );
+
+    // Policy evaluation.
+    let mut inventory = SGPUInventory::new(
+        "fleet",
+        SGPUInventorySpec {
+            rack_groups: vec![RackGroup {
+                id: "compute".into(),
+                count: RACKS,
+                profile_ref: ProfileNameRef {
+                    name: "gb300-nvl72".into(),
+                },
+                placement: None,
+            }],
+        },
+    );
+    inventory.metadata.uid = Some("fleet-uid".into());
+    let profiles = BTreeMap::from([("gb300-nvl72".to_string(), profile.clone())]);
+    let policies: Vec<SGPURuntimePolicy> = (0..POLICIES).map(policy).collect();
+    let mut evaluation = None;
+    let evaluate = measure(5, || {
+        let built = Evaluation::new(EvaluationInput {
+            inventory_name: "fleet",
+            inventory: Some(&inventory),
+            profiles: &profiles,
+            policies: &policies,
+        });
+        evaluation.get_or_insert(built).decisions().len()
+    });
+    let evaluation = evaluation.expect("ran at least once");
+    let accepted = evaluation
+        .decisions()
+        .iter()
+        .filter(|d| d.outcome == mokka::policy::Outcome::Accepted)
+        .count();
+    row(
+        "evaluate 1,000 policies over 5,556 racks",
+        5,
+        evaluate,
+        "-",
+        &format!(
+            "{accepted} accepted, {} conflicted or invalid",
+            POLICIES - accepted
+        ),
+    );
+
+    // Per-GPU runtime queries on one core.
+    let defaults = example_default_runtime();
+    let total_gpus = (RACKS * NODES_PER_RACK * GPUS_PER_NODE) as usize;
+    let start = Instant::now();
+    let mut layered = 0usize;
+    for query in 0..QUERIES {
+        let flat = (query.wrapping_mul(7919)) % total_gpus;
+        let gpu = (flat % GPUS_PER_NODE as usize) as i32;
+        let node = ((flat / GPUS_PER_NODE as usize) % NODES_PER_RACK as usize) as i32;
+        let rack = (flat / (GPUS_PER_NODE * NODES_PER_RACK) as usize) as i32;
+        let state = evaluation.runtime(
+            Some(&defaults),
+            GpuCoordinate {
+                group: "compute",
+                rack,
+                node,
+                gpu,
+            },
+        );
+        if state.device_state != defaults.device_state {
+            layered += 1;
+        }
+        black_box(state);
+    }
+    let elapsed = start.elapsed();
+    let per_second = QUERIES as f64 / elapsed.as_secs_f64();
+    println!(
+        "| runtime(defaults, coordinate) x {QUERIES} | 1 | {:.1} ms | >= 1,000,000/s | {:.0} queries/s on one core, {} ns/query, {layered} hit a device-state layer |",
+        elapsed.as_secs_f64() * 1e3,
+        per_second,
+        elapsed.as_nanos() / QUERIES as u128,
+    );
+}
+
+/// A mix of scopes and fields, as chaos automation would write them: every
+/// policy targets a different slice of the inventory; some overlap.
+fn policy(index: usize) -> SGPURuntimePolicy {
+    let rack = (index * 37 % RACKS as usize) as i32;
+    let (rack_indexes, node_indexes, gpu_indexes) = match index % 4 {
+        0 => (Some(vec![rack]), None, None),
+        1 => (Some(vec![rack]), Some(vec![(index % 18) as i32]), None),
+        2 => (
+            Some(vec![rack, rack + 1]),
+            Some(vec![(index % 18) as i32]),
+            Some(vec![(index % 4) as i32]),
+        ),
+        _ => (None, Some(vec![(index % 18) as i32]), Some(vec![2])),
+    };
+    let runtime = if index.is_multiple_of(3) {
+        RuntimeState {
+            device_state: Some(DeviceState::Degraded),
+            ..Default::default()
+        }
+    } else {
+        RuntimeState {
+            telemetry: Some(RuntimeTelemetry {
+                temperature: Some(TemperatureTelemetry {
+                    gpu_celsius: Some(60 + (index % 30) as i32),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    };
+    let mut policy = SGPURuntimePolicy::new(
+        &format!("policy-{index:04}"),
+        SGPURuntimePolicySpec {
+            target_ref: PolicyTargetRef {
+                group: TargetGroup::Mokka,
+                kind: TargetKind::SgpuInventory,
+                name: "fleet".into(),
+                rack_groups: None,
+                rack_indexes,
+                node_indexes,
+                gpu_indexes,
+            },
+            runtime: Some(runtime),
+        },
+    );
+    policy.metadata.uid = Some(format!("policy-uid-{index:04}"));
+    policy.metadata.creation_timestamp = time(1_700_000_000 + index as i64);
+    policy
+}

@@ -12,6 +12,8 @@
 //! The output is sorted, so it is the same for any order of the input lists.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::BuildHasherDefault;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use thiserror::Error;
@@ -65,10 +67,11 @@ impl NodeInput {
     }
 }
 
-/// A Node bound to a logical slot: group, rack index and Node index.
+/// A Node bound to a logical slot: group, rack index and Node index. The
+/// group key is shared (`Arc`) because every binding of a group repeats it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Binding {
-    pub group: GroupKey,
+    pub group: Arc<GroupKey>,
     pub rack_index: i32,
     pub node_index: i32,
     pub node: NodeRef,
@@ -151,7 +154,7 @@ pub struct Conflict {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingNode {
     pub node: NodeRef,
-    pub group: GroupKey,
+    pub group: Arc<GroupKey>,
 }
 
 /// How much work one allocation did (for metrics and scale tests).
@@ -224,10 +227,11 @@ pub enum AllocationError {
 
 struct CompiledGroup<'a> {
     input: &'a GroupInput,
+    key: Arc<GroupKey>,
     selector: PlacementSelector,
     /// Coordinates (rack * nodes_per_rack + node) held by existing bindings
     /// inside capacity, released or not.
-    occupied: HashSet<u64>,
+    occupied: HashSet<u64, FastHash>,
     /// Next coordinate to probe, rack-major. Only moves forward.
     cursor: u64,
     capacity: u64,
@@ -292,20 +296,23 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         })?;
         groups.push(CompiledGroup {
             input: group,
+            key: Arc::new(group.key.clone()),
             selector,
-            occupied: HashSet::new(),
+            occupied: HashSet::default(),
             cursor: 0,
             capacity: group.racks as u64 * group.nodes_per_rack as u64,
         });
     }
-    let group_index: HashMap<&GroupKey, usize> = groups
+    let group_index: HashMap<&GroupKey, usize, FastHash> = groups
         .iter()
         .enumerate()
         .map(|(index, group)| (&group.input.key, index))
         .collect();
+    let lookup_group = |key: &Arc<GroupKey>| group_index.get(key.as_ref()).copied();
 
     // Nodes, indexed by UID.
-    let mut nodes_by_uid: HashMap<&str, &NodeInput> = HashMap::with_capacity(input.nodes.len());
+    let mut nodes_by_uid: HashMap<&str, &NodeInput, FastHash> =
+        HashMap::with_capacity_and_hasher(input.nodes.len(), FastHash::default());
     for node in &input.nodes {
         if node.name.is_empty() || node.uid.is_empty() {
             return Err(AllocationError::NodeIdentityMissing(node.name.clone()));
@@ -318,8 +325,8 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     // Bindings, sorted, checked, and their in-capacity coordinates occupied.
     let mut bindings: Vec<&Binding> = input.bindings.iter().collect();
     bindings.sort();
-    let mut seen_coordinates: HashSet<(&GroupKey, i32, i32)> =
-        HashSet::with_capacity(bindings.len());
+    // Sorted bindings put a duplicate coordinate next to its twin.
+    let mut previous: Option<&Binding> = None;
     for binding in &bindings {
         let group = &binding.group;
         if binding.node.name.is_empty()
@@ -341,14 +348,20 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
                 node_index: binding.node_index,
             });
         }
-        if !seen_coordinates.insert((group, binding.rack_index, binding.node_index)) {
+        let duplicate = previous.is_some_and(|previous| {
+            previous.rack_index == binding.rack_index
+                && previous.node_index == binding.node_index
+                && previous.group == binding.group
+        });
+        previous = Some(binding);
+        if duplicate {
             return Err(AllocationError::DuplicateCoordinate {
                 group: group.group.clone(),
                 rack_index: binding.rack_index,
                 node_index: binding.node_index,
             });
         }
-        if let Some(&index) = group_index.get(group) {
+        if let Some(index) = lookup_group(group) {
             let compiled = &mut groups[index];
             if let Some(slot) = compiled.slot(binding.rack_index, binding.node_index) {
                 compiled.occupied.insert(slot);
@@ -359,16 +372,17 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     // Classify every existing binding.
     let mut retained = Vec::new();
     let mut released = Vec::new();
-    let mut bindings_by_uid: HashMap<&str, Vec<&Binding>> = HashMap::with_capacity(bindings.len());
+    let mut bindings_by_uid: HashMap<&str, Vec<&Binding>, FastHash> =
+        HashMap::with_capacity_and_hasher(bindings.len(), FastHash::default());
     for binding in &bindings {
         work.bindings_classified += 1;
         bindings_by_uid
             .entry(binding.node.uid.as_str())
             .or_default()
             .push(binding);
-        let reason = match group_index.get(&binding.group) {
+        let reason = match lookup_group(&binding.group) {
             None => Some(ReleaseReason::GroupRemoved),
-            Some(&index) => {
+            Some(index) => {
                 let group = &groups[index];
                 let node = nodes_by_uid
                     .get(binding.node.uid.as_str())
@@ -396,7 +410,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             }),
         }
     }
-    let retained_uids: HashSet<&str> = retained
+    let retained_uids: HashSet<&str, FastHash> = retained
         .iter()
         .map(|binding| binding.node.uid.as_str())
         .collect();
@@ -404,12 +418,14 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     // A Node bound at two or more coordinates is a data conflict; it is kept
     // where it is and not considered for anything new.
     let mut conflicts = Vec::new();
-    let mut duplicate_uids: HashSet<&str> = HashSet::new();
+    let mut duplicate_uids: HashSet<&str, FastHash> = HashSet::default();
     for (uid, bound) in &bindings_by_uid {
         if bound.len() > 1 {
             duplicate_uids.insert(uid);
-            let groups: BTreeSet<GroupKey> =
-                bound.iter().map(|binding| binding.group.clone()).collect();
+            let groups: BTreeSet<GroupKey> = bound
+                .iter()
+                .map(|binding| binding.group.as_ref().clone())
+                .collect();
             conflicts.push(Conflict {
                 reason: ConflictReason::DuplicateBinding,
                 node: bound[0].node.clone(),
@@ -466,18 +482,20 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         };
         match slot {
             Some((rack_index, node_index)) => assigned.push(Binding {
-                group: group.input.key.clone(),
+                group: Arc::clone(&group.key),
                 rack_index,
                 node_index,
                 node: node.node_ref(),
             }),
             None => pending.push(PendingNode {
                 node: node.node_ref(),
-                group: group.input.key.clone(),
+                group: Arc::clone(&group.key),
             }),
         }
     }
 
+    // `retained` and `released` follow the sorted input already; the sorts
+    // below only check that (they are linear on sorted input).
     retained.sort();
     released.sort();
     assigned.sort();
@@ -501,13 +519,13 @@ impl Allocation {
     /// The part of the plan that concerns one group: its desired bindings,
     /// releases, pending Nodes, and every conflict that touches it.
     pub fn group_view(&self, key: &GroupKey) -> Allocation {
-        let in_group = |binding: &&Binding| binding.group == *key;
+        let in_group = |binding: &&Binding| *binding.group == *key;
         Allocation {
             retained: self.retained.iter().filter(in_group).cloned().collect(),
             released: self
                 .released
                 .iter()
-                .filter(|release| release.binding.group == *key)
+                .filter(|release| *release.binding.group == *key)
                 .cloned()
                 .collect(),
             assigned: self.assigned.iter().filter(in_group).cloned().collect(),
@@ -515,7 +533,7 @@ impl Allocation {
             pending: self
                 .pending
                 .iter()
-                .filter(|pending| pending.group == *key)
+                .filter(|pending| *pending.group == *key)
                 .cloned()
                 .collect(),
             conflicts: self
@@ -528,6 +546,36 @@ impl Allocation {
         }
     }
 }
+
+/// FNV-1a: a fast, deterministic hasher for the allocator's internal maps
+/// (keys are Node UIDs and coordinates, not attacker-chosen at this scale).
+#[derive(Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, value: u64) {
+        // One multiply-xorshift round per word keeps integer keys cheap.
+        let mixed = (self.0 ^ value).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = mixed ^ (mixed >> 29);
+    }
+}
+
+type FastHash = BuildHasherDefault<Fnv>;
 
 #[cfg(test)]
 mod tests;

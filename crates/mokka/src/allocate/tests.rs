@@ -1,4 +1,5 @@
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use proptest::prelude::*;
@@ -43,7 +44,7 @@ fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
 
 fn bind(group: &str, rack_index: i32, node_index: i32, node: &str) -> Binding {
     Binding {
-        group: key(group),
+        group: Arc::new(key(group)),
         rack_index,
         node_index,
         node: NodeRef {
@@ -98,7 +99,7 @@ fn new_nodes_fill_free_coordinates_rack_major_oldest_first() {
         allocation.pending,
         vec![PendingNode {
             node: node("e", 5, None).node_ref(),
-            group: key("compute")
+            group: Arc::new(key("compute"))
         }]
     );
     assert_eq!(allocation.bindings, allocation.assigned);
@@ -247,7 +248,7 @@ fn plans_releases_with_all_five_reasons() {
             bind("compute", 3, 0, "shrunk"),
             bind("compute", 0, 1, "gone"),
             Binding {
-                group: key("compute"),
+                group: Arc::new(key("compute")),
                 rack_index: 5,
                 node_index: 0,
                 node: NodeRef {
@@ -347,7 +348,7 @@ fn a_node_whose_release_is_pending_waits_for_cleanup() {
         allocation.pending,
         vec![PendingNode {
             node: node("returning", 1, None).node_ref(),
-            group: key("compute")
+            group: Arc::new(key("compute"))
         }]
     );
 }
@@ -614,7 +615,7 @@ proptest! {
         }
         // Assigned coordinates are inside their group's capacity.
         for binding in &allocation.assigned {
-            let group = input.groups.iter().find(|g| g.key == binding.group).unwrap();
+            let group = input.groups.iter().find(|g| g.key == *binding.group).unwrap();
             prop_assert!(binding.rack_index < group.racks && binding.node_index < group.nodes_per_rack);
         }
     }
