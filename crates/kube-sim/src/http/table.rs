@@ -793,6 +793,21 @@ mod tests {
     }
 
     #[test]
+    fn rows_carry_the_object_the_client_asked_for() {
+        let cm = json!({"metadata": {"name": "c"}, "data": {"k": "v"}});
+        let columns = builtin_columns("", "ConfigMap");
+        let now = jiff::Timestamp::now();
+        let include = IncludeObject::from_query("limit=500&includeObject=Object");
+        let t = table(&columns, std::slice::from_ref(&cm), include, json!({}), now);
+        assert_eq!(t["rows"][0]["object"], cm);
+        assert_eq!(t["rows"][0]["cells"][1], 1);
+        let include = IncludeObject::from_query("includeObject=None");
+        let t = table(&columns, &[cm], include, json!({}), now);
+        assert!(t["rows"][0].get("object").is_none());
+        assert_eq!(IncludeObject::from_query(""), IncludeObject::Metadata);
+    }
+
+    #[test]
     fn nodes_show_readiness_roles_and_version() {
         let node = json!({
             "metadata": {"name": "n", "labels": {"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/gpu": ""}},

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use kube_sim::KubeSim;
 use serde_json::json;
@@ -379,8 +379,17 @@ async fn kubectl_get_prints_builtin_columns() {
     assert_eq!(header(&out), ["NAME", "DATA", "AGE"], "{out}");
     assert_eq!(row(&out, "settings")[1], "2", "{out}");
 
-    let out = kubectl.ok(&["get", "leases", "-A"]).await;
-    assert!(out.is_empty() || header(&out).contains(&"NAME"), "{out}");
+    // Kinds without their own columns get NAME and AGE.
+    let accounts: Api<ServiceAccount> = Api::default_namespaced(client.clone());
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let out = kubectl.ok(&["get", "serviceaccounts"]).await;
+    assert_eq!(header(&out), ["NAME", "AGE"], "{out}");
+    assert_eq!(row(&out, "robot").len(), 2, "{out}");
     let out = kubectl.ok(&["get", "namespaces"]).await;
     assert_eq!(header(&out), ["NAME", "STATUS", "AGE"], "{out}");
     assert_eq!(row(&out, "default")[1], "Active", "{out}");
