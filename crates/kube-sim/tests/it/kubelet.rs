@@ -113,6 +113,28 @@ fn gpu_limits(gpus: u32) -> Value {
         "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}])
 }
 
+/// Waits until `count` nodes are Ready, so pods created next see the final
+/// cluster rather than nodes still coming up (tainted not-ready until the
+/// kubelet reports).
+async fn wait_ready(sim: &KubeSim, count: usize) {
+    let nodes: Api<Node> = Api::all(sim.client());
+    eventually("every node to be Ready", || async {
+        let list = nodes.list(&Default::default()).await.unwrap();
+        let ready = list
+            .items
+            .iter()
+            .filter(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        (ready == count).then_some(())
+    })
+    .await;
+}
+
 async fn gpu_cluster(sim: &KubeSim) {
     create_node(sim, "cpu-1", json!({}), json!({})).await;
     for name in ["gpu-1", "gpu-2"] {
@@ -124,6 +146,7 @@ async fn gpu_cluster(sim: &KubeSim) {
         )
         .await;
     }
+    wait_ready(sim, 3).await;
 }
 
 #[tokio::test]
@@ -265,6 +288,7 @@ async fn a_two_gpu_pod_binds_to_a_gpu_node_and_runs() {
 async fn gpus_are_counted_so_a_full_node_takes_no_more() {
     let sim = sim().await;
     create_node(&sim, "gpu-1", json!({}), json!({"nvidia.com/gpu": "4"})).await;
+    wait_ready(&sim, 1).await;
     for name in ["a", "b", "c"] {
         create_pod(
             &sim,
