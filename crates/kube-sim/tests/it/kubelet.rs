@@ -505,7 +505,12 @@ async fn a_graceful_deletion_is_finished_by_the_kubelet() {
     let pods: Api<Pod> = Api::default_namespaced(sim.client());
     pod_where(&pods, "web", "the pod to run", |p| phase(p) == "Running").await;
     // The default grace period is 30 s; the kubelet finishes long before.
-    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    let marked = pods.delete("web", &DeleteParams::default()).await.unwrap();
+    // The API only marks the pod; nobody but its kubelet removes it early.
+    let marked = marked
+        .left()
+        .expect("a pod on a node is deleted gracefully");
+    assert!(marked.metadata.deletion_timestamp.is_some());
     eventually("the kubelet to remove the pod", || async {
         pods.get_opt("web").await.unwrap().is_none().then_some(())
     })
