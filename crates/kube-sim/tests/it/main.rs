@@ -1,13 +1,16 @@
 //! kube-sim driven by the real kube-rs client and runtime, in-process and
-//! over loopback HTTP.
+//! over loopback HTTP, and by kubectl.
 
+mod apply;
 mod crd;
 mod crud;
+mod exec;
 mod faults;
+mod gc;
 mod kubectl_parity;
+mod kubelet;
 mod lifecycle;
 mod selectors;
 mod support;
+mod validation;
 mod watch;
-mod exec;
-mod kubelet;
