@@ -67,14 +67,14 @@ impl NodeInput {
     }
 }
 
-/// A Node bound to a logical slot: group, rack index and Node index. The
-/// group key is shared (`Arc`) because every binding of a group repeats it.
+/// A Node bound to a logical slot: group, rack index and Node index. Key
+/// and Node are shared (`Arc`), so plans copy bindings without allocating.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Binding {
     pub group: Arc<GroupKey>,
     pub rack_index: i32,
     pub node_index: i32,
-    pub node: NodeRef,
+    pub node: Arc<NodeRef>,
 }
 
 /// Everything allocation depends on.
@@ -372,14 +372,11 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     // Classify every existing binding.
     let mut retained = Vec::new();
     let mut released = Vec::new();
-    let mut bindings_by_uid: HashMap<&str, Vec<&Binding>, FastHash> =
+    let mut bound_count: HashMap<&str, u32, FastHash> =
         HashMap::with_capacity_and_hasher(bindings.len(), FastHash::default());
     for binding in &bindings {
         work.bindings_classified += 1;
-        bindings_by_uid
-            .entry(binding.node.uid.as_str())
-            .or_default()
-            .push(binding);
+        *bound_count.entry(binding.node.uid.as_str()).or_default() += 1;
         let reason = match lookup_group(&binding.group) {
             None => Some(ReleaseReason::GroupRemoved),
             Some(index) => {
@@ -419,20 +416,27 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     // where it is and not considered for anything new.
     let mut conflicts = Vec::new();
     let mut duplicate_uids: HashSet<&str, FastHash> = HashSet::default();
-    for (uid, bound) in &bindings_by_uid {
-        if bound.len() > 1 {
-            duplicate_uids.insert(uid);
-            let groups: BTreeSet<GroupKey> = bound
-                .iter()
-                .map(|binding| binding.group.as_ref().clone())
-                .collect();
-            conflicts.push(Conflict {
-                reason: ConflictReason::DuplicateBinding,
-                node: bound[0].node.clone(),
-                groups: groups.into_iter().collect(),
-                bindings: bound.iter().map(|binding| (*binding).clone()).collect(),
-            });
+    let mut duplicated: BTreeMap<&str, Vec<&Binding>> = BTreeMap::new();
+    if bound_count.values().any(|count| *count > 1) {
+        for binding in &bindings {
+            let uid = binding.node.uid.as_str();
+            if bound_count.get(uid).is_some_and(|count| *count > 1) {
+                duplicated.entry(uid).or_default().push(binding);
+            }
         }
+    }
+    for (uid, bound) in &duplicated {
+        duplicate_uids.insert(uid);
+        let groups: BTreeSet<GroupKey> = bound
+            .iter()
+            .map(|binding| binding.group.as_ref().clone())
+            .collect();
+        conflicts.push(Conflict {
+            reason: ConflictReason::DuplicateBinding,
+            node: bound[0].node.as_ref().clone(),
+            groups: groups.into_iter().collect(),
+            bindings: bound.iter().map(|binding| (*binding).clone()).collect(),
+        });
     }
 
     // New placements, oldest Node first.
@@ -473,7 +477,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         let Some(&index) = matching.first() else {
             continue;
         };
-        let release_pending = bindings_by_uid.contains_key(uid);
+        let release_pending = bound_count.contains_key(uid);
         let group = &mut groups[index];
         let slot = if release_pending {
             None
@@ -485,7 +489,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
                 group: Arc::clone(&group.key),
                 rack_index,
                 node_index,
-                node: node.node_ref(),
+                node: Arc::new(node.node_ref()),
             }),
             None => pending.push(PendingNode {
                 node: node.node_ref(),

@@ -47,10 +47,10 @@ fn bind(group: &str, rack_index: i32, node_index: i32, node: &str) -> Binding {
         group: Arc::new(key(group)),
         rack_index,
         node_index,
-        node: NodeRef {
+        node: Arc::new(NodeRef {
             name: node.into(),
             uid: format!("{node}-uid"),
-        },
+        }),
     }
 }
 
@@ -251,10 +251,10 @@ fn plans_releases_with_all_five_reasons() {
                 group: Arc::new(key("compute")),
                 rack_index: 5,
                 node_index: 0,
-                node: NodeRef {
+                node: Arc::new(NodeRef {
                     name: "ineligible".into(),
                     uid: "ineligible-uid".into(),
-                },
+                }),
             },
             bind("compute", 6, 1, "moved"),
         ],
@@ -434,7 +434,7 @@ fn rejects_malformed_input() {
     ));
     assert!(matches!(
         reject(&|i| i.bindings.push(Binding {
-            node: NodeRef::default(),
+            node: Arc::new(NodeRef::default()),
             ..bind("compute", 0, 0, "a")
         })),
         AllocationError::BindingIdentityMissing { .. }
