@@ -100,7 +100,10 @@ impl KubeSimBuilder {
 
     /// Starts serving on 127.0.0.1 and builds the in-process client.
     /// Must be called inside a Tokio runtime.
-    pub async fn start(self) -> Result<KubeSim, Error> {
+    pub async fn start(mut self) -> Result<KubeSim, Error> {
+        // Without a kubelet nobody would finish graceful pod deletions, so
+        // they complete at once, as if the pods had stopped immediately.
+        self.config.graceful_pod_deletion = self.kubelet.enabled;
         let store = Store::new(self.config);
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let faults = Arc::new(crate::http::faults::Faults::new(metrics.clone()));

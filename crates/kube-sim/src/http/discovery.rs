@@ -101,6 +101,16 @@ fn resource_entries(rt: &ResourceType, version: &str) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if rt.kind == "Pod" && rt.group.is_empty() {
+        entries.push(json!({
+            "name": "pods/exec", "singularName": "", "namespaced": true,
+            "kind": "PodExecOptions", "verbs": ["create", "get"],
+        }));
+        entries.push(json!({
+            "name": "pods/binding", "singularName": "", "namespaced": true,
+            "kind": "Binding", "verbs": ["create"],
+        }));
+    }
     entries
 }
 
@@ -143,6 +153,8 @@ mod tests {
             .collect();
         assert!(names.contains(&"pods"));
         assert!(names.contains(&"pods/status"));
+        assert!(names.contains(&"pods/exec"));
+        assert!(names.contains(&"pods/binding"));
         assert!(!names.contains(&"configmaps/status"));
         let pods = list["resources"]
             .as_array()

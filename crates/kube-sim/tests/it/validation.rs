@@ -64,18 +64,58 @@ fn trainer(name: &str, spec: serde_json::Value) -> DynamicObject {
 async fn schema_violations_are_422_in_the_real_servers_words() {
     let sim = sim().await;
     let api = trainers(&sim.client()).await;
-    let status = status_of(api.create(&PostParams::default(), &trainer("t", json!({"image": "img", "replicas": -1}))).await);
+    let status = status_of(
+        api.create(
+            &PostParams::default(),
+            &trainer("t", json!({"image": "img", "replicas": -1})),
+        )
+        .await,
+    );
     assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
     assert_eq!(
         status.message,
         "Trainer.example.gpufleet.dev \"t\" is invalid: spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"
     );
-    let status = status_of(api.create(&PostParams::default(), &trainer("t", json!({"image": "img", "mode": "Serve"}))).await);
-    assert!(status.message.contains("spec.mode: Unsupported value: \"Serve\": supported values: \"Train\", \"Eval\""), "{}", status.message);
-    let status = status_of(api.create(&PostParams::default(), &trainer("t", json!({"replicas": 2}))).await);
-    assert!(status.message.contains("spec.image: Required value"), "{}", status.message);
-    let status = status_of(api.create(&PostParams::default(), &trainer("t", json!({"image": "Bad Image"}))).await);
-    assert!(status.message.contains("spec.image in body should match '^[a-z0-9./:-]+$'"), "{}", status.message);
+    let status = status_of(
+        api.create(
+            &PostParams::default(),
+            &trainer("t", json!({"image": "img", "mode": "Serve"})),
+        )
+        .await,
+    );
+    assert!(
+        status.message.contains(
+            "spec.mode: Unsupported value: \"Serve\": supported values: \"Train\", \"Eval\""
+        ),
+        "{}",
+        status.message
+    );
+    let status = status_of(
+        api.create(
+            &PostParams::default(),
+            &trainer("t", json!({"replicas": 2})),
+        )
+        .await,
+    );
+    assert!(
+        status.message.contains("spec.image: Required value"),
+        "{}",
+        status.message
+    );
+    let status = status_of(
+        api.create(
+            &PostParams::default(),
+            &trainer("t", json!({"image": "Bad Image"})),
+        )
+        .await,
+    );
+    assert!(
+        status
+            .message
+            .contains("spec.image in body should match '^[a-z0-9./:-]+$'"),
+        "{}",
+        status.message
+    );
     let causes = status.details.unwrap().causes;
     assert_eq!(causes[0].field, "spec.image");
 }
@@ -85,7 +125,10 @@ async fn defaults_are_applied_and_unknown_fields_pruned() {
     let sim = sim().await;
     let api = trainers(&sim.client()).await;
     let created = api
-        .create(&PostParams::default(), &trainer("t", json!({"image": "img", "surprise": true})))
+        .create(
+            &PostParams::default(),
+            &trainer("t", json!({"image": "img", "surprise": true})),
+        )
         .await
         .unwrap();
     assert_eq!(created.data["spec"]["replicas"], 1);
@@ -96,19 +139,36 @@ async fn defaults_are_applied_and_unknown_fields_pruned() {
 async fn a_cel_transition_rule_rejects_changing_an_immutable_field() {
     let sim = sim().await;
     let api = trainers(&sim.client()).await;
-    api.create(&PostParams::default(), &trainer("t", json!({"image": "img", "cluster": "a"})))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &trainer("t", json!({"image": "img", "cluster": "a"})),
+    )
+    .await
+    .unwrap();
     let status = status_of(
-        api.patch("t", &PatchParams::default(), &Patch::Merge(json!({"spec": {"cluster": "b"}})))
-            .await,
+        api.patch(
+            "t",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cluster": "b"}})),
+        )
+        .await,
     );
     assert_eq!(status.code, 422);
-    assert!(status.message.contains("spec.cluster: Invalid value: \"object\": cluster is immutable"), "{}", status.message);
+    assert!(
+        status
+            .message
+            .contains("spec.cluster: Invalid value: \"object\": cluster is immutable"),
+        "{}",
+        status.message
+    );
     // Other fields may still change.
-    api.patch("t", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}})))
-        .await
-        .unwrap();
+    api.patch(
+        "t",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -116,10 +176,16 @@ async fn invalid_schemas_make_the_crd_invalid() {
     let sim = sim().await;
     let crds: Api<CustomResourceDefinition> = Api::all(sim.client());
     let mut bad = serde_json::to_value(crd()).unwrap();
-    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"][0]["rule"] =
-        json!("self.cluster ==");
+    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
+        [0]["rule"] = json!("self.cluster ==");
     let bad: CustomResourceDefinition = serde_json::from_value(bad).unwrap();
     let status = status_of(crds.create(&PostParams::default(), &bad).await);
     assert_eq!(status.code, 422);
-    assert!(status.message.contains("spec.versions[0].schema.openAPIV3Schema"), "{}", status.message);
+    assert!(
+        status
+            .message
+            .contains("spec.versions[0].schema.openAPIV3Schema"),
+        "{}",
+        status.message
+    );
 }
