@@ -85,10 +85,10 @@ async fn writes(client: kube::Client, label: &str, count: usize) -> f64 {
                 .expect("watch")
                 .boxed();
             while let Some(event) = stream.next().await {
-                if let Ok(WatchEvent::Added(_)) = event {
-                    if seen.fetch_add(1, Ordering::Relaxed) + 1 == count {
-                        break;
-                    }
+                if let Ok(WatchEvent::Added(_)) = event
+                    && seen.fetch_add(1, Ordering::Relaxed) + 1 == count
+                {
+                    break;
                 }
             }
         })
