@@ -136,3 +136,85 @@ async fn foreground_deletion_waits_for_blocking_dependents() {
         "the owner goes once nothing blocks it"
     );
 }
+
+/// A custom resource owns a pod that runs to completion on a simulated
+/// node; deleting the owner collects the pod (through the kubelet, since
+/// pods on nodes are deleted gracefully).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_pod_is_collected_when_its_custom_resource_owner_is_deleted() {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject};
+    use kube::core::GroupVersionKind;
+
+    let sim = sim().await;
+    let client = sim.client();
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "trainjobs.example.gpufleet.dev"},
+        "spec": {
+            "group": "example.gpufleet.dev", "scope": "Namespaced",
+            "names": {"plural": "trainjobs", "singular": "trainjob", "kind": "TrainJob"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "node-1"}})).unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let gvk = GroupVersionKind::gvk("example.gpufleet.dev", "v1", "TrainJob");
+    let jobs: Api<DynamicObject> =
+        Api::default_namespaced_with(client.clone(), &ApiResource::from_gvk(&gvk));
+    let job: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.gpufleet.dev/v1", "kind": "TrainJob", "metadata": {"name": "job-1"}
+    }))
+    .unwrap();
+    let job = jobs.create(&PostParams::default(), &job).await.unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": "job-1-worker-0",
+            "annotations": {"kube-sim.gpufleet.dev/run-seconds": "0.2"},
+            "ownerReferences": [{"apiVersion": "example.gpufleet.dev/v1", "kind": "TrainJob", "name": "job-1",
+                "uid": job.metadata.uid.clone().unwrap(), "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "trainer", "image": "trainer:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    let phase = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default()
+    };
+    let mut finished = false;
+    for _ in 0..200 {
+        if phase(&pods.get("job-1-worker-0").await.unwrap()) == "Succeeded" {
+            finished = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(finished, "the pod ran to Succeeded on the simulated node");
+
+    jobs.delete("job-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        match pods.get("job-1-worker-0").await {
+            Err(kube::Error::Api(status)) if status.code == 404 => return,
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    panic!("the pod was not collected after its owner was deleted");
+}

@@ -503,3 +503,70 @@ async fn kubectl_server_side_and_client_side_apply_of_builtins() {
         "{out}"
     );
 }
+
+/// The scenario end to end: a CRD, then a multi-document file of
+/// custom resources (client-side apply), then `apply --server-side` of a
+/// changed copy by a second manager, which conflicts with the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_side_manager_changing_a_field_sees_the_conflict() {
+    let sim = sim().await;
+    let kubectl = Kubectl::new(&sim);
+    install_gadgets(&kubectl).await;
+    let gadgets = kubectl.file("gadgets.yaml", GADGETS);
+    let out = kubectl
+        .ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=platform",
+            "-f",
+            &gadgets,
+        ])
+        .await;
+    assert!(
+        out.contains("gadget.parity.gpufleet.dev/small serverside-applied"),
+        "{out}"
+    );
+    let changed = kubectl.file(
+        "changed.yaml",
+        &GADGETS.replace("color: red", "color: green"),
+    );
+    let out = kubectl
+        .run(&[
+            "apply",
+            "--server-side",
+            "--field-manager=team-b",
+            "-f",
+            &changed,
+        ])
+        .await;
+    assert!(
+        !out.status.success(),
+        "the second manager must not silently win"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("conflict")
+            && stderr.contains("platform")
+            && stderr.contains(".spec.color"),
+        "{stderr}"
+    );
+    let color = kubectl
+        .ok(&["get", "gadget", "small", "-o", "jsonpath={.spec.color}"])
+        .await;
+    assert_eq!(color, "red");
+    // With --force-conflicts the second manager takes the field over.
+    kubectl
+        .ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=team-b",
+            "--force-conflicts",
+            "-f",
+            &changed,
+        ])
+        .await;
+    let color = kubectl
+        .ok(&["get", "gadget", "small", "-o", "jsonpath={.spec.color}"])
+        .await;
+    assert_eq!(color, "green");
+}
