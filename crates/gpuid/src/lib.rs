@@ -6,6 +6,7 @@
 //! over inventories ([`inventory`]). Nothing here touches the network, the
 //! file system or the clock: file contents, environment and time are passed in.
 
+pub mod collect;
 pub mod config;
 pub mod export;
 pub mod inventory;

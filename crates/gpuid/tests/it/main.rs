@@ -2,13 +2,15 @@
 
 mod alloc;
 mod caps;
+mod collect_e2e;
+mod collect_support;
 mod docs;
-mod fixtures;
-mod fuzz;
-mod golden;
-mod pipeline;
 mod export_http;
 mod export_postgres;
 mod export_s3;
 mod export_stdout;
 mod export_support;
+mod fixtures;
+mod fuzz;
+mod golden;
+mod pipeline;

@@ -1,0 +1,37 @@
+//! The collector: watches NVIDIA device-plugin pods, runs `nvidia-smi -q -x`
+//! in each ready one, turns the output into per-GPU records, and exports
+//! what changed.
+//!
+//! ```text
+//! pod caches ─▶ work queue ─▶ Collector::reconcile
+//!                                ├─ exec (argv, deadline, 4 MiB cap)
+//!                                ├─ parse ─▶ records ─▶ content hash
+//!                                ├─ changed / heartbeat? ─▶ RecordSink (export pipeline queue)
+//!                                └─ JSON merge patch on the Node (labels + state annotations)
+//! ```
+//!
+//! * Collection and export are decoupled: records go to the pipeline's
+//!   queue, which retries on its own; an export failure never re-runs an exec.
+//! * State is durable on the Node (`<prefix>/inventory-hash`, `exported-at`,
+//!   `inventory`), so restarts and leader changes re-export nothing that is
+//!   unchanged; a heartbeat re-exports unchanged inventories.
+//! * Pure parts: [`node_state`] (labels, patch, export decision), [`pod`]
+//!   (which pods are collectable), [`settings`].
+
+pub mod ack;
+pub mod collector;
+pub mod exec;
+pub mod metrics;
+pub mod node_state;
+pub mod pod;
+pub mod run;
+pub mod serve;
+pub mod settings;
+pub mod sink;
+
+pub use collector::{CollectError, Collector, node_identity};
+pub use exec::{ExecError, NVIDIA_SMI_ARGV};
+pub use metrics::{CollectorMetrics, PodResult};
+pub use run::{CollectorRuntime, Election, RunError, admin_router};
+pub use settings::{COLLECTOR_KNOBS, CollectorSettings, DEFAULT_LABEL_PREFIX, SettingError};
+pub use sink::RecordSink;

@@ -1,0 +1,364 @@
+//! What gpuid keeps on a Node, and the merge patch that brings it there
+//! (pure: no I/O, the clock is passed in).
+//!
+//! Durable state lives on the Node itself, so restarts, leader changes and
+//! device-plugin pod re-creations do not re-export unchanged inventories:
+//!
+//! * `<prefix>/inventory-hash`: content hash of the last exported inventory;
+//! * `<prefix>/exported-at`: when it was last exported (RFC 3339);
+//! * `<prefix>/inventory`: the inventory itself as compact JSON (the
+//!   previous state a later diff starts from).
+//!
+//! Labels are few and stable, for selectors: GPU count, the chassis serial
+//! when the node's GPUs share one, and one serial label per GPU keyed by its
+//! module id (else minor number, else document index), never by sort order.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde_json::{Map, Value, json};
+
+use crate::inventory::{ContentHash, inventory_hash};
+use crate::record::GpuRecord;
+
+pub const HASH_ANNOTATION: &str = "inventory-hash";
+pub const EXPORTED_AT_ANNOTATION: &str = "exported-at";
+pub const INVENTORY_ANNOTATION: &str = "inventory";
+
+/// Kubernetes' limit for a label value and for the name part of a key.
+const LABEL_MAX: usize = 63;
+
+/// gpuid's state read back from a Node's annotations.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoredState {
+    pub hash: Option<String>,
+    pub exported_at: Option<Timestamp>,
+    /// The stored inventory; empty when absent or unreadable (then every
+    /// GPU counts as added, which is the safe side).
+    pub records: Vec<GpuRecord>,
+}
+
+impl StoredState {
+    pub fn from_annotations(prefix: &str, annotations: &BTreeMap<String, String>) -> StoredState {
+        let get = |name: &str| annotations.get(&format!("{prefix}/{name}"));
+        StoredState {
+            hash: get(HASH_ANNOTATION).cloned(),
+            exported_at: get(EXPORTED_AT_ANNOTATION).and_then(|raw| raw.parse().ok()),
+            records: get(INVENTORY_ANNOTATION)
+                .and_then(|raw| serde_json::from_str(raw).ok())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Why the inventory goes out (or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportReason {
+    /// No stored hash or a different one.
+    Changed,
+    /// Same content, but the last export is older than the heartbeat.
+    Heartbeat,
+    /// Same content, exported recently: nothing to send.
+    Unchanged,
+}
+
+/// Compares the fresh inventory with the stored state.
+pub fn export_reason(
+    stored: &StoredState,
+    hash: ContentHash,
+    now: Timestamp,
+    heartbeat: std::time::Duration,
+) -> ExportReason {
+    if stored.hash.as_deref() != Some(hash.to_string().as_str()) {
+        return ExportReason::Changed;
+    }
+    if heartbeat.is_zero() {
+        return ExportReason::Unchanged;
+    }
+    let due = match stored.exported_at {
+        None => true,
+        Some(at) => now.duration_since(at).unsigned_abs() >= heartbeat,
+    };
+    if due {
+        ExportReason::Heartbeat
+    } else {
+        ExportReason::Unchanged
+    }
+}
+
+/// Makes `raw` a valid label value: only `[A-Za-z0-9._-]` (others become
+/// `_`), alphanumeric at both ends, at most 63 characters. `None` when
+/// nothing is left.
+pub fn label_value(raw: &str) -> Option<String> {
+    let mapped: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(LABEL_MAX)
+        .collect();
+    let trimmed = mapped.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    (!trimmed.is_empty()).then(|| trimmed.to_owned())
+}
+
+/// The per-GPU part of a label name, from the most stable position the GPU
+/// reports.
+fn gpu_slot(record: &GpuRecord) -> String {
+    let gpu = &record.gpu;
+    match (gpu.module_id, gpu.minor_number) {
+        (Some(module), _) => format!("module-{module}"),
+        (None, Some(minor)) => format!("minor-{minor}"),
+        (None, None) => format!("index-{}", gpu.index),
+    }
+}
+
+/// Labels (name after the prefix → value) describing `records`.
+pub fn desired_labels(records: &[GpuRecord]) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    if records.is_empty() {
+        return labels;
+    }
+    labels.insert("gpu-count".to_owned(), records.len().to_string());
+    let mut chassis: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r.gpu.chassis_serial.as_deref())
+        .collect();
+    chassis.sort_unstable();
+    chassis.dedup();
+    if let [only] = chassis.as_slice()
+        && let Some(value) = label_value(only)
+    {
+        labels.insert("chassis-serial".to_owned(), value);
+    }
+    for record in records {
+        if let Some(serial) = record.gpu.serial.as_deref().and_then(label_value) {
+            labels.insert(format!("{}.serial", gpu_slot(record)), serial);
+        }
+    }
+    labels
+}
+
+/// Compact JSON of the records for the inventory annotation, sorted by GPU
+/// key so equal inventories give equal text.
+pub fn inventory_json(records: &[GpuRecord]) -> String {
+    let mut sorted: Vec<&GpuRecord> = records.iter().collect();
+    sorted.sort_by_key(|r| r.gpu_key());
+    serde_json::to_string(&sorted).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// What to write on the Node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeUpdate {
+    /// Set the hash, time and inventory annotations (after an export).
+    pub record_export: Option<(ContentHash, Timestamp)>,
+    pub records: Vec<GpuRecord>,
+}
+
+/// The JSON merge patch that makes the Node's gpuid labels exactly
+/// [`desired_labels`] (removing stale ones with `null`) and, when asked,
+/// records the export. `None` when the Node already matches.
+pub fn node_patch(
+    prefix: &str,
+    current_labels: &BTreeMap<String, String>,
+    current_annotations: &BTreeMap<String, String>,
+    update: &NodeUpdate,
+) -> Option<Value> {
+    let owned = format!("{prefix}/");
+    let desired: BTreeMap<String, String> = desired_labels(&update.records)
+        .into_iter()
+        .map(|(name, value)| (format!("{owned}{name}"), value))
+        .collect();
+    let mut labels = Map::new();
+    for (name, value) in &desired {
+        if current_labels.get(name) != Some(value) {
+            labels.insert(name.clone(), Value::String(value.clone()));
+        }
+    }
+    for name in current_labels.keys() {
+        if name.starts_with(&owned) && !desired.contains_key(name) {
+            labels.insert(name.clone(), Value::Null);
+        }
+    }
+    let mut annotations = Map::new();
+    if let Some((hash, at)) = update.record_export {
+        let wanted = [
+            (HASH_ANNOTATION, hash.to_string()),
+            (EXPORTED_AT_ANNOTATION, at.to_string()),
+            (INVENTORY_ANNOTATION, inventory_json(&update.records)),
+        ];
+        for (name, value) in wanted {
+            let key = format!("{owned}{name}");
+            if current_annotations.get(&key) != Some(&value) {
+                annotations.insert(key, Value::String(value));
+            }
+        }
+    }
+    if labels.is_empty() && annotations.is_empty() {
+        return None;
+    }
+    let mut metadata = Map::new();
+    if !labels.is_empty() {
+        metadata.insert("labels".to_owned(), Value::Object(labels));
+    }
+    if !annotations.is_empty() {
+        metadata.insert("annotations".to_owned(), Value::Object(annotations));
+    }
+    Some(json!({ "metadata": metadata }))
+}
+
+/// The merge patch recording an export: hash, time and inventory.
+pub fn export_patch(
+    prefix: &str,
+    hash: ContentHash,
+    at: Timestamp,
+    records: &[GpuRecord],
+) -> Value {
+    json!({ "metadata": { "annotations": {
+        format!("{prefix}/{HASH_ANNOTATION}"): hash.to_string(),
+        format!("{prefix}/{EXPORTED_AT_ANNOTATION}"): at.to_string(),
+        format!("{prefix}/{INVENTORY_ANNOTATION}"): inventory_json(records),
+    }}})
+}
+
+/// The hash the annotation stores for `records`.
+pub fn stored_hash(records: &[GpuRecord]) -> ContentHash {
+    inventory_hash(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{NodeIdentity, Observation, records_from_report};
+    use crate::smi::parse;
+
+    const PREFIX: &str = "gpuid.gpufleet.dev";
+
+    fn records(capture: &str) -> Vec<GpuRecord> {
+        let path = format!("{}/tests/fixtures/{capture}", env!("CARGO_MANIFEST_DIR"));
+        let xml = std::fs::read(path).unwrap();
+        let node = NodeIdentity {
+            name: "n1".into(),
+            uid: "u1".into(),
+            provider_id: Some("kind://docker/c/n1".into()),
+            system_uuid: None,
+        };
+        let observation = Observation {
+            cluster: "c",
+            node: &node,
+            source_pod: "ns/p",
+            observed_at: Timestamp::UNIX_EPOCH,
+            collector_version: "t",
+        };
+        records_from_report(&observation, &parse(&xml).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn label_values_are_sanitised_and_capped_at_63() {
+        assert_eq!(
+            label_value(" 1650924060013 ").as_deref(),
+            Some("1650924060013")
+        );
+        assert_eq!(label_value("a b/c").as_deref(), Some("a_b_c"));
+        assert_eq!(label_value("--x--").as_deref(), Some("x"));
+        assert_eq!(label_value("///"), None);
+        let long = "A".repeat(100) + "-";
+        assert_eq!(label_value(&long).map(|v| v.len()), Some(63));
+    }
+
+    #[test]
+    fn gb200_labels_key_each_serial_by_module_id_and_share_the_chassis() {
+        let labels = desired_labels(&records("hardware/gb200.xml"));
+        assert_eq!(labels.get("gpu-count").map(String::as_str), Some("4"));
+        assert!(labels.contains_key("chassis-serial"), "{labels:?}");
+        let serial_labels: Vec<_> = labels.keys().filter(|k| k.ends_with(".serial")).collect();
+        assert_eq!(serial_labels.len(), 4, "{labels:?}");
+        assert!(serial_labels.iter().all(|k| k.starts_with("module-")));
+        for (name, value) in &labels {
+            assert!(name.len() <= 63 && value.len() <= 63, "{name}={value}");
+        }
+    }
+
+    #[test]
+    fn a_patch_adds_labels_records_the_export_and_later_removes_stale_labels() {
+        let gb200 = records("hardware/gb200.xml");
+        let hash = stored_hash(&gb200);
+        let at: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let update = NodeUpdate {
+            record_export: Some((hash, at)),
+            records: gb200.clone(),
+        };
+        let patch = node_patch(PREFIX, &BTreeMap::new(), &BTreeMap::new(), &update).unwrap();
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(patch["metadata"]["labels"].clone()).unwrap();
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
+        let stored = StoredState::from_annotations(PREFIX, &annotations);
+        assert_eq!(stored.hash, Some(hash.to_string()));
+        assert_eq!(stored.exported_at, Some(at));
+        assert_eq!(
+            stored_hash(&stored.records),
+            hash,
+            "the inventory round-trips"
+        );
+        assert_eq!(
+            node_patch(PREFIX, &labels, &annotations, &update),
+            None,
+            "an up-to-date node needs no patch"
+        );
+
+        let gone = NodeUpdate {
+            record_export: None,
+            records: Vec::new(),
+        };
+        let mut with_foreign = labels.clone();
+        with_foreign.insert("team".into(), "ml".into());
+        let patch = node_patch(PREFIX, &with_foreign, &annotations, &gone).unwrap();
+        let removed = patch["metadata"]["labels"].as_object().unwrap();
+        assert_eq!(removed.len(), labels.len());
+        assert!(removed.values().all(Value::is_null));
+        assert!(
+            !removed.contains_key("team"),
+            "labels of others are left alone"
+        );
+    }
+
+    #[test]
+    fn export_happens_on_change_and_on_heartbeat_only() {
+        let hash = stored_hash(&records("hardware/h100.xml"));
+        let day = std::time::Duration::from_secs(86_400);
+        let at: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let stored = StoredState {
+            hash: Some(hash.to_string()),
+            exported_at: Some(at),
+            records: Vec::new(),
+        };
+        let soon = at + jiff::SignedDuration::from_hours(1);
+        let later = at + jiff::SignedDuration::from_hours(25);
+        assert_eq!(
+            export_reason(&stored, hash, soon, day),
+            ExportReason::Unchanged
+        );
+        assert_eq!(
+            export_reason(&stored, hash, later, day),
+            ExportReason::Heartbeat
+        );
+        assert_eq!(
+            export_reason(&stored, hash, later, std::time::Duration::ZERO),
+            ExportReason::Unchanged
+        );
+        let other = stored_hash(&records("hardware/a100.xml"));
+        assert_eq!(
+            export_reason(&stored, other, soon, day),
+            ExportReason::Changed
+        );
+        assert_eq!(
+            export_reason(&StoredState::default(), hash, soon, day),
+            ExportReason::Changed
+        );
+    }
+}

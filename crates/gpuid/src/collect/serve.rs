@@ -1,0 +1,123 @@
+//! The whole collector process: Kubernetes client, exporter and pipeline,
+//! admin server, leader election, until SIGINT/SIGTERM.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use controller_kit::MetricsRegistry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::run::{CollectorRuntime, Election, RunError};
+use super::settings::CollectorSettings;
+use crate::config::Config;
+use crate::export::{AnyExporter, ExportContext, ExportPipeline, PipelineConfig};
+
+/// How long queued records may take to leave at shutdown.
+const EXPORT_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(String),
+    #[error(transparent)]
+    Exporter(#[from] crate::export::BuildError),
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl ServeError {
+    /// Upstream's convention: set-up failures exit 2, runtime failures 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServeError::Run(RunError::Manager(_)) => 1,
+            _ => 2,
+        }
+    }
+}
+
+async fn client(config: &Config) -> Result<kube::Client, ServeError> {
+    let kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|error| ServeError::Client(format!("{path}: {error}")))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|error| ServeError::Client(format!("{path}: {error}")))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|error| ServeError::Client(error.to_string()))?,
+    };
+    kube::Client::try_from(kube_config).map_err(|error| ServeError::Client(error.to_string()))
+}
+
+/// Runs the collector with the given configuration until a signal arrives.
+pub async fn run_until_signal(
+    config: Config,
+    settings: CollectorSettings,
+) -> Result<(), ServeError> {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(controller_kit::telemetry::cancel_on_signal(
+        shutdown.clone(),
+    ));
+    run(config, settings, shutdown).await
+}
+
+/// Runs the collector until `shutdown` is cancelled.
+pub async fn run(
+    config: Config,
+    settings: CollectorSettings,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let client = client(&config).await?;
+    let exporter = AnyExporter::from_config(
+        &config.exporter,
+        ExportContext {
+            replica: config
+                .leader_election
+                .pod_name
+                .clone()
+                .unwrap_or_else(|| "gpuid".to_owned()),
+            ..ExportContext::default()
+        },
+    )?;
+    let pipeline = ExportPipeline::start(exporter, PipelineConfig::default());
+    let registry = MetricsRegistry::new();
+    let runtime = CollectorRuntime::new(
+        client,
+        settings,
+        Election::from_config(&config.leader_election),
+        Arc::new(pipeline.clone()),
+        registry,
+    )?;
+    let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, config.server_port));
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|source| ServeError::Bind { address, source })?;
+    let router = runtime.admin_router();
+    let admin_shutdown = shutdown.clone();
+    let admin = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(admin_shutdown.cancelled_owned())
+            .await
+    });
+    tracing::info!(%address, exporter = config.exporter.kind().as_str(), "gpuid collector starting");
+    let result = runtime.run(shutdown.clone()).await;
+    shutdown.cancel();
+    let report = pipeline.shutdown(EXPORT_GRACE).await;
+    if !report.drained {
+        tracing::warn!(
+            pending_items = report.pending_items,
+            "export queue not drained at shutdown; those nodes keep their old hash and are exported again after the restart"
+        );
+    }
+    let _ = admin.await;
+    result.map_err(ServeError::from)
+}

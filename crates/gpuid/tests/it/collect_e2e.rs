@@ -1,0 +1,247 @@
+//! The collector end to end on kube-sim: device-plugin pods on simulated GPU
+//! nodes whose nvidia-smi serves the fixture captures.
+
+use std::time::Duration;
+
+use controller_kit::{LeaderElectionConfig, ReplicaRole};
+use gpuid::collect::{Election, PodResult};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use super::collect_support::*;
+
+async fn exported(fleet: &Fleet, node: &str) -> String {
+    eventually(&format!("{node}'s export to be recorded"), || async {
+        fleet.annotation(node, "inventory-hash").await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collects_every_node_labels_it_and_a_restart_exports_nothing_new() {
+    let fleet = Fleet::start().await;
+    for (node, fixture) in [
+        ("gpu-h100", "hardware/h100.xml"),
+        ("gpu-gb200", "hardware/gb200.xml"),
+    ] {
+        fleet.add_node(node).await;
+        fleet.answer(node, Answer::Xml(capture(fixture, node)));
+        fleet.add_plugin_pod(&format!("plugin-{node}"), node).await;
+    }
+    let replica = Replica::start(&fleet, settings(4), Election::Disabled).await;
+    let h100_hash = exported(&fleet, "gpu-h100").await;
+    exported(&fleet, "gpu-gb200").await;
+
+    let records = replica.buffer.records();
+    assert_eq!(records.len(), 12, "8 H100 + 4 GB200 records");
+    let node_of = |uuid_prefix: &str| {
+        records
+            .iter()
+            .filter(|r| r["uuid"].as_str().unwrap().starts_with(uuid_prefix))
+            .map(|r| r["node_name"].as_str().unwrap().to_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(node_of("GPU-gpu-h100-"), ["gpu-h100".to_owned()].into());
+    for record in &records {
+        assert_eq!(record["cluster"], "test-cluster");
+        assert_eq!(record["machine_id"], record["node_name"]);
+        assert_eq!(record["collector_version"], "test");
+        assert!(
+            record["source_pod"]
+                .as_str()
+                .unwrap()
+                .starts_with("gpu-operator/plugin-")
+        );
+        assert!(
+            record["node_uid"]
+                .as_str()
+                .is_some_and(|uid| !uid.is_empty())
+        );
+    }
+    let events = replica.buffer.events();
+    assert_eq!(events.len(), 12);
+    assert!(events.iter().all(|(kind, _)| kind == "gpu_added"));
+
+    let labels = fleet.node_labels("gpu-gb200").await;
+    assert_eq!(labels[&format!("{PREFIX}/gpu-count")], "4");
+    assert!(
+        labels.contains_key(&format!("{PREFIX}/chassis-serial")),
+        "{labels:?}"
+    );
+    assert_eq!(
+        fleet.node_labels("gpu-h100").await[&format!("{PREFIX}/gpu-count")],
+        "8"
+    );
+    let inventory = fleet.annotation("gpu-h100", "inventory").await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Vec<serde_json::Value>>(&inventory)
+            .unwrap()
+            .len(),
+        8
+    );
+
+    let (status, body) = replica.readyz().await;
+    assert_eq!(status, 200, "{body}");
+    let execs_before = fleet.execs.load(std::sync::atomic::Ordering::SeqCst);
+    replica.stop().await;
+
+    // A new process: no memory, same Nodes. It collects again (it cannot
+    // know the pods were seen) but exports nothing and writes no new hash.
+    let restarted = Replica::start(&fleet, settings(4), Election::Disabled).await;
+    eventually("both pods to be re-collected", || async {
+        (restarted.runtime_metrics.pods_with(PodResult::Unchanged) == 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        restarted.buffer.lines().is_empty(),
+        "{:?}",
+        restarted.buffer.lines()
+    );
+    assert_eq!(
+        fleet.annotation("gpu-h100", "inventory-hash").await,
+        Some(h100_hash)
+    );
+    assert_eq!(
+        fleet.execs.load(std::sync::atomic::Ordering::SeqCst),
+        execs_before + 2
+    );
+    restarted.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_capture_exports_exactly_the_change_and_stale_labels_go() {
+    let fleet = Fleet::start().await;
+    let node = "gpu-1";
+    let full = capture("hardware/h100.xml", node);
+    fleet.add_node(node).await;
+    fleet.answer(node, Answer::Xml(full.clone()));
+    fleet.add_plugin_pod("plugin-a", node).await;
+    let replica = Replica::start(&fleet, settings(2), Election::Disabled).await;
+    let first_hash = exported(&fleet, node).await;
+    let labels_before = fleet.node_labels(node).await;
+    let lines_before = replica.buffer.lines().len();
+
+    // The node comes back with one GPU fewer; the device plugin restarts.
+    fleet.answer(node, Answer::Xml(without_last_gpu(&full)));
+    fleet.delete_pod("plugin-a").await;
+    fleet.add_plugin_pod("plugin-b", node).await;
+    eventually("the new inventory to be recorded", || async {
+        fleet
+            .annotation(node, "inventory-hash")
+            .await
+            .filter(|hash| *hash != first_hash)
+    })
+    .await;
+
+    let new_lines = &replica.buffer.lines()[lines_before..];
+    let events: Vec<_> = new_lines
+        .iter()
+        .filter(|l| l.get("kind").is_some())
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["kind"], "gpu_removed");
+    let removed_key = events[0]["gpu_key"].as_str().unwrap();
+    assert!(removed_key.starts_with("GPU-gpu-1-"));
+    assert_eq!(
+        new_lines.len(),
+        1 + 7,
+        "the removal plus the node's 7 current records"
+    );
+
+    let labels_after = fleet.node_labels(node).await;
+    assert_eq!(labels_after[&format!("{PREFIX}/gpu-count")], "7");
+    let gone: Vec<_> = labels_before
+        .keys()
+        .filter(|key| !labels_after.contains_key(*key))
+        .collect();
+    assert_eq!(
+        gone.len(),
+        1,
+        "exactly the removed GPU's serial label: {gone:?}"
+    );
+    assert!(gone[0].ends_with(".serial"));
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_hanging_and_oversized_outputs_are_counted_errors() {
+    let fleet = Fleet::start().await;
+    let cases = [
+        (
+            "bad-xml",
+            Answer::Xml(b"<nvidia_smi_log><gpu id=\"0\"><uuid>".to_vec()),
+        ),
+        ("hangs", Answer::Hang),
+        ("too-big", Answer::Xml(vec![b' '; 4 * 1024 * 1024 + 1])),
+        ("good", Answer::Xml(capture("hardware/a100.xml", "good"))),
+    ];
+    for (node, answer) in cases {
+        fleet.add_node(node).await;
+        fleet.answer(node, answer);
+        fleet.add_plugin_pod(&format!("plugin-{node}"), node).await;
+    }
+    let mut settings = settings(4);
+    settings.timeout = Duration::from_millis(500);
+    let replica = Replica::start(&fleet, settings, Election::Disabled).await;
+    let metrics = replica.runtime_metrics.clone();
+    eventually("each failure to be counted", || async {
+        (metrics.exec_errors_with("parse") >= 1
+            && metrics.exec_errors_with("timeout") >= 1
+            && metrics.exec_errors_with("output_too_large") >= 1)
+            .then_some(())
+    })
+    .await;
+    exported(&fleet, "good").await;
+    assert_eq!(
+        replica.buffer.records().len(),
+        1,
+        "only the good node's A100"
+    );
+    for node in ["bad-xml", "hangs", "too-big"] {
+        assert_eq!(
+            fleet.annotation(node, "inventory-hash").await,
+            None,
+            "{node}"
+        );
+    }
+    assert!(metrics.pods_with(PodResult::Error) >= 3);
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_serves_readiness_but_never_execs_or_writes() {
+    let fleet = Fleet::start().await;
+    fleet.add_node("gpu-1").await;
+    fleet.answer("gpu-1", Answer::Xml(capture("hardware/a100.xml", "f")));
+    fleet.add_plugin_pod("plugin-1", "gpu-1").await;
+    // Another replica holds the Lease.
+    let leases: Api<Lease> = Api::namespaced(fleet.client.clone(), NAMESPACE);
+    let now = jiff::Timestamp::now().to_string();
+    let lease = serde_json::from_value(json!({
+        "metadata": {"name": "gpuid-leader"},
+        "spec": {"holderIdentity": "other-replica", "leaseDurationSeconds": 3600,
+                 "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    let mut election = LeaderElectionConfig::new(NAMESPACE, "gpuid-leader");
+    election.retry_period = Duration::from_millis(200);
+    election.renew_deadline = Duration::from_millis(500);
+    // Long enough that the silent holder does not expire during the test.
+    election.lease_duration = Duration::from_secs(3600);
+    let replica = Replica::start(&fleet, settings(2), Election::Lease(election)).await;
+    eventually("the replica to be a standby", || async {
+        (replica.readiness.snapshot().role == ReplicaRole::Standby).then_some(())
+    })
+    .await;
+    let (status, body) = replica.readyz().await;
+    assert_eq!(status, 200, "a standby is ready: {body}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fleet.execs.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(fleet.node_labels("gpu-1").await.is_empty());
+    assert!(replica.buffer.lines().is_empty());
+    replica.stop().await;
+}

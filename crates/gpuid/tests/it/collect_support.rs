@@ -1,0 +1,334 @@
+//! A simulated GPU fleet on kube-sim for the collector tests: GPU nodes,
+//! device-plugin pods, and an exec handler serving fixture captures.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use gpuid::collect::{CollectorRuntime, CollectorSettings, Election, RecordSink};
+use gpuid::export::{ExportPipeline, PipelineConfig, StdoutExporter};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use kube_sim::exec::ExecMatcher;
+use kube_sim::{ExecOutput, ExecRequest, KubeSim, KubeletConfig};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const NAMESPACE: &str = "gpu-operator";
+pub const CONTAINER: &str = "nvidia-device-plugin";
+pub const SELECTOR: &str = "app=nvidia-device-plugin-daemonset";
+pub const PREFIX: &str = "gpuid.gpufleet.dev";
+
+/// What a node's nvidia-smi answers.
+#[derive(Clone)]
+pub enum Answer {
+    Xml(Vec<u8>),
+    Hang,
+}
+
+/// A fixture capture with its GPU UUIDs made unique to `tag`, so captures
+/// shared by several nodes still describe different GPUs.
+pub fn capture(path: &str, tag: &str) -> Vec<u8> {
+    let full = format!("{}/tests/fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
+    let xml = std::fs::read_to_string(full).unwrap();
+    xml.replace("<uuid>GPU-", &format!("<uuid>GPU-{tag}-"))
+        .into_bytes()
+}
+
+/// Removes the last `<gpu …>…</gpu>` element of a capture.
+pub fn without_last_gpu(xml: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8(xml.to_vec()).unwrap();
+    let start = text.rfind("<gpu id=").unwrap();
+    let end = start + text[start..].find("</gpu>").unwrap() + "</gpu>".len();
+    format!("{}{}", &text[..start], &text[end..]).into_bytes()
+}
+
+pub struct Fleet {
+    /// Held so the server lives as long as the fleet.
+    #[allow(dead_code)]
+    pub sim: KubeSim,
+    pub client: kube::Client,
+    pub answers: Arc<Mutex<HashMap<String, Answer>>>,
+    pub execs: Arc<AtomicUsize>,
+}
+
+impl Fleet {
+    pub async fn start() -> Fleet {
+        Fleet::start_with_latency(Duration::ZERO).await
+    }
+
+    pub async fn start_with_latency(latency: Duration) -> Fleet {
+        let answers: Arc<Mutex<HashMap<String, Answer>>> = Arc::default();
+        let execs = Arc::new(AtomicUsize::new(0));
+        let handler = {
+            let answers = Arc::clone(&answers);
+            let execs = Arc::clone(&execs);
+            move |request: ExecRequest| {
+                execs.fetch_add(1, Ordering::SeqCst);
+                let answer = request
+                    .node_name()
+                    .and_then(|node| answers.lock().get(node).cloned());
+                async move {
+                    if !latency.is_zero() {
+                        tokio::time::sleep(latency).await;
+                    }
+                    match answer {
+                        Some(Answer::Xml(xml)) => ExecOutput::stdout(xml),
+                        Some(Answer::Hang) => std::future::pending().await,
+                        None => ExecOutput::failure(9, "NVIDIA-SMI has failed"),
+                    }
+                }
+            }
+        };
+        let sim = KubeSim::builder()
+            .kubelet(KubeletConfig {
+                lease_renew_interval: Duration::from_secs(3600),
+                stop_delay: Duration::from_millis(20),
+                ..KubeletConfig::default()
+            })
+            .exec_handler(
+                ExecMatcher::any()
+                    .container(CONTAINER)
+                    .command(["nvidia-smi", "-q", "-x"]),
+                handler,
+            )
+            .start()
+            .await
+            .unwrap();
+        let client = sim.http_client().unwrap();
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
+        let _ = namespaces.create(&PostParams::default(), &namespace).await;
+        Fleet {
+            sim,
+            client,
+            answers,
+            execs,
+        }
+    }
+
+    pub fn answer(&self, node: &str, answer: Answer) {
+        self.answers.lock().insert(node.to_owned(), answer);
+    }
+
+    pub async fn add_node(&self, name: &str) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+            "spec": {"providerID": format!("kind://docker/fleet/{name}")},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}}
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+
+    /// A device-plugin pod bound to `node`; the simulated kubelet runs it.
+    pub async fn add_plugin_pod(&self, name: &str, node: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "nvidia-device-plugin-daemonset"}},
+            "spec": {"nodeName": node, "containers": [{"name": CONTAINER, "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+
+    pub async fn delete_pod(&self, name: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        eventually("the pod to be gone", || async {
+            pods.get_opt(name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+    }
+
+    pub async fn node(&self, name: &str) -> Node {
+        Api::<Node>::all(self.client.clone())
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    pub async fn node_labels(&self, name: &str) -> std::collections::BTreeMap<String, String> {
+        let mut labels = self.node(name).await.metadata.labels.unwrap_or_default();
+        labels.retain(|key, _| key.starts_with(PREFIX));
+        labels
+    }
+
+    pub async fn annotation(&self, node: &str, name: &str) -> Option<String> {
+        self.node(node)
+            .await
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get(&format!("{PREFIX}/{name}"))
+            .cloned()
+    }
+}
+
+pub fn settings(workers: usize) -> CollectorSettings {
+    CollectorSettings {
+        cluster: "test-cluster".into(),
+        namespaces: vec![NAMESPACE.into()],
+        label_selector: SELECTOR.into(),
+        container: CONTAINER.into(),
+        workers,
+        timeout: Duration::from_secs(5),
+        resync: Duration::ZERO,
+        heartbeat: Duration::from_secs(24 * 3600),
+        label_prefix: PREFIX.into(),
+        output_limit: 4 * 1024 * 1024,
+        collector_version: "test".into(),
+    }
+}
+
+/// An in-memory writer the stdout exporter writes NDJSON into.
+#[derive(Clone, Default)]
+pub struct Buffer(pub Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Buffer {
+    pub fn lines(&self) -> Vec<Value> {
+        String::from_utf8(self.0.lock().clone())
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// Exported records (lines without `kind`).
+    pub fn records(&self) -> Vec<Value> {
+        self.lines()
+            .into_iter()
+            .filter(|line| line.get("kind").is_none())
+            .collect()
+    }
+
+    /// Change events, as (kind, gpu_key).
+    pub fn events(&self) -> Vec<(String, String)> {
+        let mut events: Vec<(String, String)> = self
+            .lines()
+            .into_iter()
+            .filter_map(|line| {
+                Some((
+                    line.get("kind")?.as_str()?.to_owned(),
+                    line.get("gpu_key")?.as_str()?.to_owned(),
+                ))
+            })
+            .collect();
+        events.sort();
+        events
+    }
+}
+
+/// A running collector replica exporting to an in-memory stdout exporter.
+pub struct Replica {
+    pub buffer: Buffer,
+    pub runtime_metrics: gpuid::collect::CollectorMetrics,
+    pub readiness: controller_kit::Readiness,
+    pub router: axum::Router,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Replica {
+    pub async fn start(fleet: &Fleet, settings: CollectorSettings, election: Election) -> Replica {
+        let buffer = Buffer::default();
+        let exporter = StdoutExporter::new(Box::new(buffer.clone()));
+        let pipeline = ExportPipeline::start(
+            exporter,
+            PipelineConfig {
+                max_batch_age: Duration::from_millis(50),
+                ..PipelineConfig::default()
+            },
+        );
+        let sink: Arc<dyn RecordSink> = Arc::new(pipeline);
+        let runtime = CollectorRuntime::new(
+            fleet.client.clone(),
+            settings,
+            election,
+            sink,
+            controller_kit::MetricsRegistry::new(),
+        )
+        .unwrap();
+        let shutdown = CancellationToken::new();
+        let runtime_metrics = runtime.metrics.clone();
+        let readiness = runtime.readiness.clone();
+        let router = runtime.admin_router();
+        let task = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                runtime.run(shutdown).await.unwrap();
+            })
+        };
+        Replica {
+            buffer,
+            runtime_metrics,
+            readiness,
+            router,
+            shutdown,
+            task,
+        }
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.unwrap();
+    }
+
+    pub async fn readyz(&self) -> (u16, String) {
+        use tower::ServiceExt;
+        let response = self
+            .router
+            .clone()
+            .oneshot(
+                axum::http::Request::get("/readyz")
+                    .body(axum::body::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// Polls `check` until it returns Some (30 s at most).
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
