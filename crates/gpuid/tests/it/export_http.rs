@@ -257,7 +257,11 @@ async fn an_outage_of_503s_then_recovery_delivers_every_batch_and_the_full_queue
     assert_eq!(stats.records_exported, 3 * records.len() as u64);
     assert_eq!(stats.dropped_items, 0);
     assert!(stats.retries >= 12);
-    assert!(pipeline.health().await.is_healthy() || stats.consecutive_failures == 0);
+    assert_eq!(stats.consecutive_failures, 0);
+    assert!(
+        pipeline.health().await.is_healthy(),
+        "ready again after recovery"
+    );
     let accepted: Vec<_> = receiver.received.lock().iter().skip(12).cloned().collect();
     assert_eq!(accepted.len(), 3);
 }

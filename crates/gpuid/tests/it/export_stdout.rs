@@ -81,7 +81,7 @@ async fn the_pipeline_seals_batches_at_the_size_threshold_and_the_rest_after_the
     let buffer = SharedBuffer::default();
     let config = PipelineConfig {
         max_batch_items: 5,
-        max_batch_age: Duration::from_millis(300),
+        max_batch_age: Duration::from_secs(3),
         ..fast_pipeline()
     };
     let pipeline = ExportPipeline::start(StdoutExporter::new(Box::new(buffer.clone())), config);
@@ -99,7 +99,7 @@ async fn the_pipeline_seals_batches_at_the_size_threshold_and_the_rest_after_the
         "the rest waits for the age threshold"
     );
 
-    eventually(Duration::from_secs(3), "the aged batch", || async {
+    eventually(Duration::from_secs(10), "the aged batch", || async {
         (pipeline.stats().batches_exported == 2).then_some(())
     })
     .await;
