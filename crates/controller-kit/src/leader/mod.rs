@@ -212,6 +212,9 @@ impl LeaderElector {
         W: FnOnce(CancellationToken) -> F,
         F: Future<Output = ()> + Send + 'static,
     {
+        // Each campaign reports the current holder afresh: one seen while we still led was
+        // (rightly) ignored by the readiness machine and must be reported again now.
+        self.observed.lock().reported_holder = None;
         if !self.acquire(shutdown, on_new_leader).await {
             return ElectionOutcome::Cancelled;
         }

@@ -306,3 +306,84 @@ async fn readiness_moves_from_not_ready_to_leader_and_back_to_stopped() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_the_lease_drains_keeps_its_caches_and_becomes_a_standby() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let sim = start_sim().await;
+    let replica = start_replica(&sim, "solo", ReplicaOptions::default());
+    let readiness = replica.readiness.clone();
+    eventually(SETTLE, "the replica leads", move || {
+        let snapshot = readiness.snapshot();
+        async move { snapshot.role == ReplicaRole::Leader && snapshot.leader_ready }
+    })
+    .await;
+
+    // Another party takes the lease for 30 s; the replica can no longer renew.
+    let leases: Api<Lease> = Api::namespaced(sim.client(), NAMESPACE);
+    let now = jiff::Timestamp::now().to_string();
+    let steal = serde_json::json!({"spec": {
+        "holderIdentity": "intruder", "leaseDurationSeconds": 30, "renewTime": now, "acquireTime": now
+    }});
+    leases
+        .patch(LEASE, &PatchParams::default(), &Patch::Merge(&steal))
+        .await
+        .unwrap();
+
+    let readiness = replica.readiness.clone();
+    eventually(
+        SETTLE,
+        "the replica notices and becomes a ready standby",
+        move || {
+            let snapshot = readiness.snapshot();
+            async move {
+                snapshot.role == ReplicaRole::Standby
+                    && snapshot.is_ready()
+                    && !snapshot.leader_ready
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        replica
+            .metrics
+            .encode()
+            .unwrap()
+            .lines()
+            .find(|line| line.starts_with("leader_election_master_status")),
+        Some("leader_election_master_status{name=\"test-lease\"} 0")
+    );
+    let holder = leases
+        .get(LEASE)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|spec| spec.holder_identity);
+    assert_eq!(
+        holder.as_deref(),
+        Some("intruder"),
+        "a demoted replica never releases someone else's lease"
+    );
+
+    // Caches keep running and serving; the demoted replica reconciles nothing.
+    create_config_map(&sim.client(), "after-demotion").await;
+    eventually(
+        SETTLE,
+        "the demoted replica's cache still follows the cluster",
+        || {
+            let cached = replica
+                .config_maps
+                .get_namespaced(NAMESPACE, "after-demotion")
+                .is_some();
+            async move { cached }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(reconciled_by(&sim.client(), "after-demotion").await, None);
+    assert!(replica.mutations.matching("/configmaps").is_empty());
+    replica.stop().await;
+    sim.shutdown().await;
+}
