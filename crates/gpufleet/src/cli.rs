@@ -57,6 +57,9 @@ pub enum GpuidCommand {
     /// Print the GPU records an `nvidia-smi -q -x` capture yields, as NDJSON
     /// (for checking a node by hand).
     Parse(ParseArgs),
+    /// Run the collector: watch device-plugin pods, exec nvidia-smi, label
+    /// nodes and export changes, until SIGTERM. Every knob is a flag or env.
+    Run(crate::gpuid_run::RunArgs),
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod gpuid_run;
 mod logging;
 mod sim;
 
@@ -30,10 +31,14 @@ fn main() -> std::process::ExitCode {
             cli::Command::Gpuid(cli::GpuidCommand::Parse(args)) => {
                 commands::gpuid_parse(&args.file)
             }
+            cli::Command::Gpuid(cli::GpuidCommand::Run(args)) => {
+                return Ok(gpuid_run::run(args).await);
+            }
         }
+        .map(|()| std::process::ExitCode::SUCCESS)
     });
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "gpufleet failed");
             eprintln!("gpufleet: {e:#}");

@@ -245,3 +245,67 @@ async fn a_follower_serves_readiness_but_never_execs_or_writes() {
     assert!(replica.buffer.lines().is_empty());
     replica.stop().await;
 }
+
+async fn start_postgres(fleet: &Fleet, config: &gpuid::config::PostgresExporterConfig) -> Replica {
+    let exporter = gpuid::export::PostgresExporter::new(config).unwrap();
+    let pipeline = gpuid::export::ExportPipeline::start(exporter, quick_batches());
+    Replica::start_with_sink(
+        fleet,
+        settings(4),
+        Election::Disabled,
+        std::sync::Arc::new(pipeline),
+        Buffer::default(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collection_lands_in_postgres_once_and_a_restart_adds_no_rows() {
+    use gpuid::config::{PostgresConnection, PostgresExporterConfig, PostgresTable, Secret};
+
+    let db = crate::export_support::postgres_client().await;
+    let schema = crate::export_support::fresh_schema("collect");
+    let config = PostgresExporterConfig {
+        connection: PostgresConnection::Dsn(Secret::new(crate::export_support::postgres_url())),
+        table: PostgresTable {
+            schema: Some(schema.clone()),
+            name: "gpu".to_owned(),
+        },
+        auto_migrate: true,
+    };
+    let fleet = Fleet::start().await;
+    for (node, fixture) in [
+        ("pg-h100", "hardware/h100.xml"),
+        ("pg-gb200", "hardware/gb200.xml"),
+    ] {
+        fleet.add_node(node).await;
+        fleet.answer(node, Answer::Xml(capture(fixture, node)));
+        fleet.add_plugin_pod(&format!("plugin-{node}"), node).await;
+    }
+    let count = |sql: String| {
+        let db = &db;
+        async move { db.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    let replica = start_postgres(&fleet, &config).await;
+    exported(&fleet, "pg-h100").await;
+    exported(&fleet, "pg-gb200").await;
+    let inventory = format!("SELECT count(*) FROM \"{schema}\".gpu_inventory");
+    let events = format!("SELECT count(*) FROM \"{schema}\".gpu_events");
+    assert_eq!(count(inventory.clone()).await, 12);
+    assert_eq!(count(events.clone()).await, 12);
+    replica.stop().await;
+
+    let restarted = start_postgres(&fleet, &config).await;
+    eventually("both pods to be re-collected", || async {
+        (restarted.runtime_metrics.pods_with(PodResult::Unchanged) == 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(count(inventory).await, 12);
+    assert_eq!(
+        count(events).await,
+        12,
+        "no duplicate events after a restart"
+    );
+    restarted.stop().await;
+}

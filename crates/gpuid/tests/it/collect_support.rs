@@ -253,14 +253,18 @@ impl Replica {
     pub async fn start(fleet: &Fleet, settings: CollectorSettings, election: Election) -> Replica {
         let buffer = Buffer::default();
         let exporter = StdoutExporter::new(Box::new(buffer.clone()));
-        let pipeline = ExportPipeline::start(
-            exporter,
-            PipelineConfig {
-                max_batch_age: Duration::from_millis(50),
-                ..PipelineConfig::default()
-            },
-        );
-        let sink: Arc<dyn RecordSink> = Arc::new(pipeline);
+        let pipeline = ExportPipeline::start(exporter, quick_batches());
+        Replica::start_with_sink(fleet, settings, election, Arc::new(pipeline), buffer).await
+    }
+
+    /// A replica exporting into `sink` (`buffer` stays empty unless it is the sink's).
+    pub async fn start_with_sink(
+        fleet: &Fleet,
+        settings: CollectorSettings,
+        election: Election,
+        sink: Arc<dyn RecordSink>,
+        buffer: Buffer,
+    ) -> Replica {
         let runtime = CollectorRuntime::new(
             fleet.client.clone(),
             settings,
@@ -311,6 +315,14 @@ impl Replica {
             .await
             .unwrap();
         (status, String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// Batches sealed after 50 ms, so tests see exports quickly.
+pub fn quick_batches() -> PipelineConfig {
+    PipelineConfig {
+        max_batch_age: Duration::from_millis(50),
+        ..PipelineConfig::default()
     }
 }
 

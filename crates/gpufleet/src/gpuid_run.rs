@@ -1,0 +1,105 @@
+//! `gpufleet gpuid run`: the collector. Every gpuid knob is an optional
+//! `--flag` generated from `gpuid::config::KNOBS` (plus the collector's own
+//! knobs), so the CLI can never drift from the configuration; a flag beats
+//! the environment.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
+use gpuid::collect::{COLLECTOR_KNOBS, CollectorSettings};
+use gpuid::config::{Config, KNOBS, Knob};
+
+/// Knobs served by a global gpufleet flag instead (same env variable).
+const GLOBAL_FLAGS: &[&str] = &["log-level"];
+
+fn run_knobs() -> impl Iterator<Item = &'static Knob> {
+    KNOBS
+        .iter()
+        .chain(COLLECTOR_KNOBS.iter())
+        .filter(|knob| !GLOBAL_FLAGS.contains(&knob.flag))
+}
+
+/// The flags given on the command line, by flag name (without `--`).
+#[derive(Debug, Default)]
+pub struct RunArgs {
+    pub flags: BTreeMap<String, String>,
+}
+
+impl FromArgMatches for RunArgs {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = BTreeMap::new();
+        for knob in run_knobs() {
+            if let Some(value) = matches.get_one::<String>(knob.flag) {
+                flags.insert(knob.flag.to_owned(), value.clone());
+            }
+        }
+        Ok(RunArgs { flags })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = RunArgs::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for RunArgs {
+    fn augment_args(command: Command) -> Command {
+        run_knobs().fold(command, |command, knob| {
+            let mut help = format!("{} [env: {}]", knob.help, knob.env);
+            if let Some(default) = knob.default {
+                help.push_str(&format!(" [default: {default}]"));
+            }
+            command.arg(
+                Arg::new(knob.flag)
+                    .long(knob.flag)
+                    .value_name("VALUE")
+                    .help(help)
+                    .hide_env_values(knob.secret),
+            )
+        })
+    }
+
+    fn augment_args_for_update(command: Command) -> Command {
+        RunArgs::augment_args(command)
+    }
+}
+
+/// Validates the configuration (every problem printed, exit 2) and runs
+/// the collector until SIGINT/SIGTERM.
+pub async fn run(args: RunArgs) -> ExitCode {
+    let env = |name: &str| std::env::var(name).ok();
+    let core_flags: BTreeMap<String, String> = args
+        .flags
+        .iter()
+        .filter(|(flag, _)| KNOBS.iter().any(|knob| knob.flag == flag.as_str()))
+        .map(|(flag, value)| (flag.clone(), value.clone()))
+        .collect();
+    let config = Config::from_sources(&core_flags, env, |path| std::fs::read_to_string(path));
+    let settings = config
+        .as_ref()
+        .ok()
+        .map(|config| CollectorSettings::from_config(config).with_knobs(&args.flags, env));
+    let mut problems: Vec<String> = Vec::new();
+    if let Err(errors) = &config {
+        problems.extend(errors.errors.iter().map(ToString::to_string));
+    }
+    if let Some(Err(errors)) = &settings {
+        problems.extend(errors.iter().map(ToString::to_string));
+    }
+    let (Ok(config), Some(Ok(settings))) = (config, settings) else {
+        eprintln!("gpufleet gpuid run: invalid configuration:");
+        for problem in problems {
+            eprintln!("  - {problem}");
+        }
+        return ExitCode::from(2);
+    };
+    match gpuid::collect::serve::run_until_signal(config, settings).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "gpuid collector failed");
+            eprintln!("gpufleet gpuid run: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
