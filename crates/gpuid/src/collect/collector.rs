@@ -179,11 +179,19 @@ impl Collector {
         }
     }
 
+    /// How often a pod is collected again without any change to it: the
+    /// resync period, else the heartbeat (which needs a fresh collection to
+    /// re-export), else never.
+    fn recollect_every(&self) -> Option<std::time::Duration> {
+        [self.settings.resync, self.settings.heartbeat]
+            .into_iter()
+            .find(|period| !period.is_zero())
+    }
+
     fn after_collection(&self) -> Action {
-        if self.settings.resync.is_zero() {
-            Action::AwaitChange
-        } else {
-            Action::RequeueAfter(self.settings.resync)
+        match self.recollect_every() {
+            Some(period) => Action::RequeueAfter(period),
+            None => Action::AwaitChange,
         }
     }
 
@@ -194,11 +202,11 @@ impl Collector {
         if collected.uid != uid {
             return None;
         }
-        if self.settings.resync.is_zero() {
+        let Some(period) = self.recollect_every() else {
             return Some(Action::AwaitChange);
-        }
+        };
         let age = collected.at.elapsed();
-        (age < self.settings.resync).then(|| Action::RequeueAfter(self.settings.resync - age))
+        (age < period).then(|| Action::RequeueAfter(period - age))
     }
 
     async fn collect(

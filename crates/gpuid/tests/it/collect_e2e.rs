@@ -309,3 +309,33 @@ async fn collection_lands_in_postgres_once_and_a_restart_adds_no_rows() {
     );
     restarted.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_inventory_is_re_exported_on_the_heartbeat_without_events() {
+    let fleet = Fleet::start().await;
+    fleet.add_node("gpu-1").await;
+    fleet.answer("gpu-1", Answer::Xml(capture("hardware/a100.xml", "hb")));
+    fleet.add_plugin_pod("plugin-1", "gpu-1").await;
+    let mut settings = settings(1);
+    settings.heartbeat = Duration::from_secs(1);
+    let replica = Replica::start(&fleet, settings, Election::Disabled).await;
+    let first_hash = exported(&fleet, "gpu-1").await;
+    let first_at = fleet.annotation("gpu-1", "exported-at").await.unwrap();
+    eventually("a heartbeat export", || async {
+        fleet
+            .annotation("gpu-1", "exported-at")
+            .await
+            .filter(|at| *at != first_at)
+    })
+    .await;
+    assert!(
+        replica.buffer.records().len() >= 2,
+        "the record went out again"
+    );
+    assert_eq!(replica.buffer.events().len(), 1, "only the first gpu_added");
+    assert_eq!(
+        fleet.annotation("gpu-1", "inventory-hash").await,
+        Some(first_hash)
+    );
+    replica.stop().await;
+}
