@@ -1,5 +1,6 @@
 //! The gpufleet binary driven from outside, as users and CI drive it.
 
 mod commands;
+mod mokka_crds;
 mod sim_serve;
 mod support;
