@@ -564,7 +564,15 @@ impl Default for Fnv {
 
 impl std::hash::Hasher for Fnv {
     fn finish(&self) -> u64 {
-        self.0
+        // FNV leaves the top bits poorly mixed for keys that differ in their
+        // last bytes (UIDs, names); hashbrown tags buckets with the top 7
+        // bits, so finish with MurmurHash3's 64-bit avalanche.
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
     }
     fn write(&mut self, bytes: &[u8]) {
         for byte in bytes {
