@@ -11,6 +11,7 @@
 //!
 //! The output is sorted, so it is the same for any order of the input lists.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
@@ -69,12 +70,41 @@ impl NodeInput {
 
 /// A Node bound to a logical slot: group, rack index and Node index. Key
 /// and Node are shared (`Arc`), so plans copy bindings without allocating.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Ordered by group, rack index, Node index, then Node (field order).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Binding {
     pub group: Arc<GroupKey>,
     pub rack_index: i32,
     pub node_index: i32,
     pub node: Arc<NodeRef>,
+}
+
+/// Compares two shared values, skipping the content when both point at the
+/// same allocation (bindings of one group share their key).
+fn cmp_shared<T: Ord>(a: &Arc<T>, b: &Arc<T>) -> Ordering {
+    if Arc::ptr_eq(a, b) {
+        Ordering::Equal
+    } else {
+        a.as_ref().cmp(b.as_ref())
+    }
+}
+
+impl Ord for Binding {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // The same order a derive would give; the pointer check only saves
+        // three string comparisons per step when sorting one group's slots.
+        cmp_shared(&self.group, &other.group)
+            .then(self.rack_index.cmp(&other.rack_index))
+            .then(self.node_index.cmp(&other.node_index))
+            .then_with(|| cmp_shared(&self.node, &other.node))
+    }
+}
+
+impl PartialOrd for Binding {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// Everything allocation depends on.
@@ -308,23 +338,27 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         .enumerate()
         .map(|(index, group)| (&group.input.key, index))
         .collect();
-    let lookup_group = |key: &Arc<GroupKey>| group_index.get(key.as_ref()).copied();
-
-    // Nodes, indexed by UID.
-    let mut nodes_by_uid: HashMap<&str, &NodeInput, FastHash> =
+    // Nodes, indexed by UID. Per-Node facts live in vectors indexed like
+    // `input.nodes`, so later steps look a UID up once, not once per set.
+    let mut nodes_by_uid: HashMap<&str, usize, FastHash> =
         HashMap::with_capacity_and_hasher(input.nodes.len(), FastHash::default());
-    for node in &input.nodes {
+    let mut eligible: Vec<bool> = Vec::with_capacity(input.nodes.len());
+    for (index, node) in input.nodes.iter().enumerate() {
         if node.name.is_empty() || node.uid.is_empty() {
             return Err(AllocationError::NodeIdentityMissing(node.name.clone()));
         }
-        if nodes_by_uid.insert(node.uid.as_str(), node).is_some() {
+        if nodes_by_uid.insert(node.uid.as_str(), index).is_some() {
             return Err(AllocationError::DuplicateNodeUid(node.uid.clone()));
         }
+        eligible.push(is_eligible(&node.labels));
     }
 
     // Bindings, sorted, checked, and their in-capacity coordinates occupied.
+    // Plans hand bindings back sorted, and the sort is linear on sorted input.
     let mut bindings: Vec<&Binding> = input.bindings.iter().collect();
     bindings.sort();
+    let mut binding_groups: Vec<Option<usize>> = Vec::with_capacity(bindings.len());
+    let mut last_group: Option<(&Arc<GroupKey>, Option<usize>)> = None;
     // Sorted bindings put a duplicate coordinate next to its twin.
     let mut previous: Option<&Binding> = None;
     for binding in &bindings {
@@ -361,7 +395,18 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
                 node_index: binding.node_index,
             });
         }
-        if let Some(index) = lookup_group(group) {
+        // Consecutive bindings usually share one key allocation, so reuse
+        // the previous lookup instead of hashing three strings again.
+        let group_index = match last_group {
+            Some((last, index)) if Arc::ptr_eq(last, group) => index,
+            _ => {
+                let index = group_index.get(group.as_ref()).copied();
+                last_group = Some((group, index));
+                index
+            }
+        };
+        binding_groups.push(group_index);
+        if let Some(index) = group_index {
             let compiled = &mut groups[index];
             if let Some(slot) = compiled.slot(binding.rack_index, binding.node_index) {
                 compiled.occupied.insert(slot);
@@ -369,29 +414,40 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         }
     }
 
-    // Classify every existing binding.
-    let mut retained = Vec::new();
+    // Classify every existing binding. Bindings are counted per Node UID:
+    // for listed Nodes in `bound_count` (by Node position), for UIDs of
+    // gone Nodes in `gone_bound_count`.
+    let mut retained = Vec::with_capacity(bindings.len());
     let mut released = Vec::new();
-    let mut bound_count: HashMap<&str, u32, FastHash> =
-        HashMap::with_capacity_and_hasher(bindings.len(), FastHash::default());
-    for binding in &bindings {
+    let mut bound_count: Vec<u32> = vec![0; input.nodes.len()];
+    let mut is_retained: Vec<bool> = vec![false; input.nodes.len()];
+    let mut gone_bound_count: HashMap<&str, u32, FastHash> = HashMap::default();
+    let mut any_bound_twice = false;
+    for (binding, group_index) in bindings.iter().zip(&binding_groups) {
         work.bindings_classified += 1;
-        *bound_count.entry(binding.node.uid.as_str()).or_default() += 1;
-        let reason = match lookup_group(&binding.group) {
+        let uid = binding.node.uid.as_str();
+        let node_position = nodes_by_uid.get(uid).copied();
+        let count = match node_position {
+            Some(position) => &mut bound_count[position],
+            None => gone_bound_count.entry(uid).or_default(),
+        };
+        *count += 1;
+        any_bound_twice |= *count > 1;
+        // The Node this binding names: same UID and same name.
+        let node =
+            node_position.filter(|&position| input.nodes[position].name == binding.node.name);
+        let reason = match *group_index {
             None => Some(ReleaseReason::GroupRemoved),
             Some(index) => {
                 let group = &groups[index];
-                let node = nodes_by_uid
-                    .get(binding.node.uid.as_str())
-                    .filter(|node| node.name == binding.node.name);
                 if group.slot(binding.rack_index, binding.node_index).is_none() {
                     Some(ReleaseReason::CapacityShrink)
-                } else if let Some(node) = node {
-                    if !is_eligible(&node.labels) {
+                } else if let Some(position) = node {
+                    if !eligible[position] {
                         Some(ReleaseReason::NodeIneligible)
                     } else {
                         work.selector_evaluations += 1;
-                        (!group.selector.matches(&node.labels))
+                        (!group.selector.matches(&input.nodes[position].labels))
                             .then_some(ReleaseReason::SelectorMismatch)
                     }
                 } else {
@@ -400,33 +456,38 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             }
         };
         match reason {
-            None => retained.push((*binding).clone()),
+            None => {
+                if let Some(position) = node {
+                    is_retained[position] = true;
+                }
+                retained.push((*binding).clone());
+            }
             Some(reason) => released.push(Release {
                 binding: (*binding).clone(),
                 reason,
             }),
         }
     }
-    let retained_uids: HashSet<&str, FastHash> = retained
-        .iter()
-        .map(|binding| binding.node.uid.as_str())
-        .collect();
+    let times_bound = |uid: &str| -> u32 {
+        match nodes_by_uid.get(uid) {
+            Some(&position) => bound_count[position],
+            None => gone_bound_count.get(uid).copied().unwrap_or(0),
+        }
+    };
 
     // A Node bound at two or more coordinates is a data conflict; it is kept
     // where it is and not considered for anything new.
     let mut conflicts = Vec::new();
-    let mut duplicate_uids: HashSet<&str, FastHash> = HashSet::default();
     let mut duplicated: BTreeMap<&str, Vec<&Binding>> = BTreeMap::new();
-    if bound_count.values().any(|count| *count > 1) {
+    if any_bound_twice {
         for binding in &bindings {
             let uid = binding.node.uid.as_str();
-            if bound_count.get(uid).is_some_and(|count| *count > 1) {
+            if times_bound(uid) > 1 {
                 duplicated.entry(uid).or_default().push(binding);
             }
         }
     }
-    for (uid, bound) in &duplicated {
-        duplicate_uids.insert(uid);
+    for bound in duplicated.values() {
         let groups: BTreeSet<GroupKey> = bound
             .iter()
             .map(|binding| binding.group.as_ref().clone())
@@ -439,20 +500,29 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         });
     }
 
-    // New placements, oldest Node first.
-    let mut candidates: Vec<&NodeInput> = input
+    // New placements, oldest Node first. The sort key sits in a compact
+    // vector (creation time, position); names and UIDs are read only to
+    // break ties in creation time.
+    let mut candidates: Vec<(Option<Time>, usize)> = input
         .nodes
         .iter()
-        .filter(|node| is_eligible(&node.labels))
+        .enumerate()
+        .filter(|&(position, _)| eligible[position])
+        .map(|(position, node)| (node.created.clone(), position))
         .collect();
-    candidates.sort_by(|a, b| (&a.created, &a.name, &a.uid).cmp(&(&b.created, &b.name, &b.uid)));
+    candidates.sort_by(|(a_created, a), (b_created, b)| {
+        a_created.cmp(b_created).then_with(|| {
+            let (a, b) = (&input.nodes[*a], &input.nodes[*b]);
+            (&a.name, &a.uid).cmp(&(&b.name, &b.uid))
+        })
+    });
     let mut assigned = Vec::new();
     let mut pending = Vec::new();
     let mut matching: Vec<usize> = Vec::with_capacity(groups.len());
-    for node in candidates {
+    for (_, position) in candidates {
         work.nodes_placed_or_skipped += 1;
-        let uid = node.uid.as_str();
-        if duplicate_uids.contains(uid) || retained_uids.contains(uid) {
+        let node = &input.nodes[position];
+        if bound_count[position] > 1 || is_retained[position] {
             continue;
         }
         matching.clear();
@@ -477,7 +547,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         let Some(&index) = matching.first() else {
             continue;
         };
-        let release_pending = bound_count.contains_key(uid);
+        let release_pending = bound_count[position] > 0;
         let group = &mut groups[index];
         let slot = if release_pending {
             None
@@ -504,10 +574,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     released.sort();
     assigned.sort();
     conflicts.sort();
-    let mut desired = Vec::with_capacity(retained.len() + assigned.len());
-    desired.extend(retained.iter().cloned());
-    desired.extend(assigned.iter().cloned());
-    desired.sort();
+    let desired = merge_sorted(&retained, &assigned);
     Ok(Allocation {
         retained,
         released,
@@ -517,6 +584,25 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         conflicts,
         work,
     })
+}
+
+/// Merges two sorted lists into one sorted list in one linear pass (equal
+/// items keep `first`'s before `second`'s, as a stable sort would).
+fn merge_sorted(first: &[Binding], second: &[Binding]) -> Vec<Binding> {
+    let mut merged = Vec::with_capacity(first.len() + second.len());
+    let (mut i, mut j) = (0, 0);
+    while i < first.len() && j < second.len() {
+        if second[j] < first[i] {
+            merged.push(second[j].clone());
+            j += 1;
+        } else {
+            merged.push(first[i].clone());
+            i += 1;
+        }
+    }
+    merged.extend_from_slice(&first[i..]);
+    merged.extend_from_slice(&second[j..]);
+    merged
 }
 
 impl Allocation {
@@ -589,5 +675,9 @@ impl std::hash::Hasher for Fnv {
 
 type FastHash = BuildHasherDefault<Fnv>;
 
+#[cfg(test)]
+mod equivalence;
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod tests;
