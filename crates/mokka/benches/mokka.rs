@@ -47,16 +47,47 @@ fn group_key() -> GroupKey {
 }
 
 /// Median of `runs` timings of `work`.
-fn measure<T>(runs: usize, mut work: impl FnMut() -> T) -> Duration {
-    let mut samples: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            black_box(work());
-            start.elapsed()
-        })
-        .collect();
-    samples.sort();
-    samples[samples.len() / 2]
+fn measure<T>(runs: usize, work: impl FnMut() -> T) -> Duration {
+    measure_with_cpu(runs, work).0
+}
+
+/// Nanoseconds this thread has spent on a CPU, from the scheduler's own
+/// accounting (`/proc/thread-self/schedstat`); `None` where unavailable.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Medians of `runs` wall-clock timings of `work` and of the thread's
+/// on-CPU time during them: on a shared machine the wall clock includes
+/// time spent waiting for a core, the on-CPU time does not.
+fn measure_with_cpu<T>(runs: usize, mut work: impl FnMut() -> T) -> (Duration, Option<Duration>) {
+    let mut wall = Vec::with_capacity(runs);
+    let mut cpu = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let cpu_start = thread_cpu_ns();
+        let start = Instant::now();
+        black_box(work());
+        wall.push(start.elapsed());
+        if let (Some(before), Some(after)) = (cpu_start, thread_cpu_ns()) {
+            cpu.push(Duration::from_nanos(after.saturating_sub(before)));
+        }
+    }
+    wall.sort();
+    cpu.sort();
+    let cpu_median = (cpu.len() == runs).then(|| cpu[runs / 2]);
+    (wall[runs / 2], cpu_median)
+}
+
+fn on_cpu(cpu: Option<Duration>) -> String {
+    match cpu {
+        Some(cpu) => format!("on-CPU median {:.1} ms", cpu.as_secs_f64() * 1e3),
+        None => "on-CPU time unavailable".to_string(),
+    }
 }
 
 fn row(name: &str, runs: usize, median: Duration, target: &str, extra: &str) {
@@ -91,7 +122,7 @@ fn main() {
         bindings: Vec::new(),
     };
     let mut first = None;
-    let from_empty = measure(5, || {
+    let (from_empty, from_empty_cpu) = measure_with_cpu(5, || {
         let allocation = allocate(&empty).expect("valid input");
         first.get_or_insert(allocation).assigned.len()
     });
@@ -102,7 +133,10 @@ fn main() {
         5,
         from_empty,
         "< 1 s",
-        "5,556 racks x 18 Nodes, 1 group",
+        &format!(
+            "5,556 racks x 18 Nodes, 1 group; {}",
+            on_cpu(from_empty_cpu)
+        ),
     );
 
     // One Node changed: a bound Node is replaced by a new one.
@@ -115,7 +149,7 @@ fn main() {
         ..node(NODES + 1)
     });
     let mut one = None;
-    let one_change = measure(9, || {
+    let (one_change, one_change_cpu) = measure_with_cpu(9, || {
         let allocation = allocate(&changed).expect("valid input");
         one.get_or_insert(allocation).assigned.len()
     });
@@ -128,7 +162,10 @@ fn main() {
         9,
         one_change,
         "< 100 ms",
-        "full recompute over the bound input",
+        &format!(
+            "allocate() (full recompute over the bound input); {}",
+            on_cpu(one_change_cpu)
+        ),
     );
 
     // Rendering every rack.

@@ -255,13 +255,53 @@ pub enum AllocationError {
     },
 }
 
+/// Largest group (in slots) whose occupancy is kept as a bitmap: 4 Mi slots
+/// is 512 KiB of bits; larger shapes fall back to a hash set so memory
+/// follows the bindings, not the declared capacity.
+const BITMAP_SLOTS: u64 = 1 << 22;
+
+/// The slots of one group held by existing bindings.
+enum OccupiedSlots {
+    /// One bit per slot: a bound slot costs a shift, not a hash.
+    Bits(Vec<u64>),
+    Sparse(HashSet<u64, FastHash>),
+}
+
+impl OccupiedSlots {
+    fn for_capacity(capacity: u64) -> Self {
+        if capacity <= BITMAP_SLOTS {
+            // At most 2^16 words, so the cast cannot truncate.
+            OccupiedSlots::Bits(vec![0; capacity.div_ceil(64) as usize])
+        } else {
+            OccupiedSlots::Sparse(HashSet::default())
+        }
+    }
+
+    /// `slot` is below the group's capacity (callers check with `slot()`).
+    fn insert(&mut self, slot: u64) {
+        match self {
+            OccupiedSlots::Bits(words) => words[(slot / 64) as usize] |= 1 << (slot % 64),
+            OccupiedSlots::Sparse(set) => {
+                set.insert(slot);
+            }
+        }
+    }
+
+    fn contains(&self, slot: u64) -> bool {
+        match self {
+            OccupiedSlots::Bits(words) => words[(slot / 64) as usize] & (1 << (slot % 64)) != 0,
+            OccupiedSlots::Sparse(set) => set.contains(&slot),
+        }
+    }
+}
+
 struct CompiledGroup<'a> {
     input: &'a GroupInput,
     key: Arc<GroupKey>,
     selector: PlacementSelector,
     /// Coordinates (rack * nodes_per_rack + node) held by existing bindings
     /// inside capacity, released or not.
-    occupied: HashSet<u64, FastHash>,
+    occupied: OccupiedSlots,
     /// Next coordinate to probe, rack-major. Only moves forward.
     cursor: u64,
     capacity: u64,
@@ -282,7 +322,7 @@ impl CompiledGroup<'_> {
             let slot = self.cursor;
             self.cursor += 1;
             work.coordinates_probed += 1;
-            if !self.occupied.contains(&slot) {
+            if !self.occupied.contains(slot) {
                 let per_rack = self.input.nodes_per_rack as u64;
                 // Both quotient and remainder are below i32 bounds by construction.
                 return Some(((slot / per_rack) as i32, (slot % per_rack) as i32));
@@ -328,7 +368,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             input: group,
             key: Arc::new(group.key.clone()),
             selector,
-            occupied: HashSet::default(),
+            occupied: OccupiedSlots::for_capacity(group.racks as u64 * group.nodes_per_rack as u64),
             cursor: 0,
             capacity: group.racks as u64 * group.nodes_per_rack as u64,
         });

@@ -198,3 +198,42 @@ proptest! {
         prop_assert_eq!(left.partial_cmp(&right), Some(fields(&left).cmp(&fields(&right))));
     }
 }
+
+/// A group too large for the occupancy bitmap keeps its slots in a hash
+/// set; the plan is the same as the reference's.
+#[test]
+fn a_group_beyond_the_bitmap_bound_plans_like_the_reference() {
+    let shared = Arc::new(key(0));
+    let bound = |rack_index: i32, node_index: i32, target: usize| Binding {
+        group: Arc::clone(&shared),
+        rack_index,
+        node_index,
+        node: Arc::new(NodeRef {
+            name: format!("n{target}"),
+            uid: format!("n{target}-uid"),
+        }),
+    };
+    let input = AllocationInput {
+        groups: vec![GroupInput {
+            key: key(0),
+            selector: None,
+            racks: i32::MAX,
+            nodes_per_rack: 18,
+        }],
+        nodes: (0..6).map(|index| node(index, 1, None, true)).collect(),
+        // Slot 0 is held by a gone Node, slot 1 by n0; n1, n3, n4, n5 fill
+        // from slot 2.
+        bindings: vec![bound(0, 0, 9), bound(0, 1, 0), bound(1_000_000, 3, 2)],
+    };
+    let plan = allocate(&input).unwrap();
+    assert_eq!(plan, allocate_reference(&input).unwrap());
+    assert_eq!(plan.released.len(), 1);
+    assert_eq!(plan.retained.len(), 2);
+    assert_eq!(
+        plan.assigned
+            .iter()
+            .map(|binding| (binding.rack_index, binding.node_index))
+            .collect::<Vec<_>>(),
+        vec![(0, 2), (0, 3), (0, 4), (0, 5)]
+    );
+}

@@ -44,7 +44,7 @@ pub(super) fn allocate_reference(input: &AllocationInput) -> Result<Allocation, 
             input: group,
             key: Arc::new(group.key.clone()),
             selector,
-            occupied: HashSet::default(),
+            occupied: OccupiedSlots::Sparse(HashSet::default()),
             cursor: 0,
             capacity: group.racks as u64 * group.nodes_per_rack as u64,
         });
