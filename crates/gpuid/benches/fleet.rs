@@ -130,13 +130,19 @@ async fn run(count: usize) {
             "spec": {"providerID": format!("kind://docker/bench/{name}")},
         }))
         .expect("node");
-        nodes.create(&PostParams::default(), &node).await.expect("create node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("create node");
         let pod = serde_json::from_value(json!({
             "metadata": {"name": format!("plugin-{i:05}"), "labels": {"app": "nvidia-device-plugin-daemonset"}},
             "spec": {"nodeName": name, "containers": [{"name": CONTAINER, "image": "plugin"}]}
         }))
         .expect("pod");
-        pod_api.create(&PostParams::default(), &pod).await.expect("create pod");
+        pod_api
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
     }
     // Wait for the simulated kubelet to make every pod Ready.
     loop {
