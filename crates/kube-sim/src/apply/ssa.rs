@@ -234,25 +234,29 @@ const SERVER_SET_METADATA: &[&str] = &[
 ];
 
 /// Paths no manager ever owns: identity and server-set metadata.
-fn never_owned() -> FieldSet {
-    let mut set = FieldSet::new();
-    for top in ["apiVersion", "kind", "metadata"] {
-        set.insert(&[format!("f:{top}")]);
-    }
-    for field in [
-        "name",
-        "namespace",
-        "creationTimestamp",
-        "selfLink",
-        "uid",
-        "clusterName",
-    ]
-    .into_iter()
-    .chain(["generation", "managedFields", "resourceVersion"])
-    {
-        set.insert(&["f:metadata".to_string(), format!("f:{field}")]);
-    }
-    set
+fn never_owned() -> &'static FieldSet {
+    // Built once: every write subtracts it, some twice.
+    static NEVER_OWNED: std::sync::LazyLock<FieldSet> = std::sync::LazyLock::new(|| {
+        let mut set = FieldSet::new();
+        for top in ["apiVersion", "kind", "metadata"] {
+            set.insert(&[format!("f:{top}")]);
+        }
+        for field in [
+            "name",
+            "namespace",
+            "creationTimestamp",
+            "selfLink",
+            "uid",
+            "clusterName",
+        ]
+        .into_iter()
+        .chain(["generation", "managedFields", "resourceVersion"])
+        {
+            set.insert(&["f:metadata".to_string(), format!("f:{field}")]);
+        }
+        set
+    });
+    &NEVER_OWNED
 }
 
 /// Server-side apply of `applied` (already parsed from JSON or YAML) onto
@@ -288,7 +292,7 @@ pub fn apply(
     let config = apply_configuration(applied);
     let applied_set = FieldSet::from_object(&config, types)
         .map_err(|error| typed_patch_error(applied, &error))?
-        .difference(&never_owned());
+        .difference(never_owned());
 
     let live_object = live.cloned().unwrap_or_else(|| Value::Object(Map::new()));
     // Unreadable ownership records are dropped, as the server resets them.
@@ -301,7 +305,7 @@ pub fn apply(
             operation: Operation::Update,
             api_version: ctx.api_version.to_string(),
             time: None,
-            fields: FieldSet::from_stored_object(&live_object, types).difference(&never_owned()),
+            fields: FieldSet::from_stored_object(&live_object, types).difference(never_owned()),
             subresource: None,
         });
     }
@@ -328,7 +332,7 @@ pub fn apply(
         );
     }
 
-    let comparison = compare(&live_object, &merged, types).without(&never_owned());
+    let comparison = compare(&live_object, &merged, types).without(never_owned());
     let changed = comparison.changed();
     let mut conflicting: Vec<(&ManagedFieldsEntry, FieldSet)> = managers
         .iter()
@@ -391,7 +395,7 @@ pub fn record_update(
             .unwrap_or_default(),
         _ => read_managed_fields(old_object).unwrap_or_default(),
     };
-    let comparison = compare(old_object, new, types).without(&never_owned());
+    let comparison = compare(old_object, new, types).without(never_owned());
     let changed = comparison.changed();
     let own = managers
         .iter()
@@ -423,7 +427,7 @@ pub fn record_update(
         .fields
         .difference(&comparison.removed)
         .union(&changed)
-        .difference(&never_owned());
+        .difference(never_owned());
     if touched || own.time.is_none() {
         own.time = Some(ctx.time.to_string());
     }
@@ -1398,7 +1402,7 @@ mod tests {
             fn a_sole_owner_applying_nothing_removes_everything_it_owned(spec in spec()) {
                 let types = ListTypes::object_meta_only();
                 let live = apply(None, &config(spec), false, &types, &ctx("a", "T1")).unwrap();
-                let owned = FieldSet::from_object(&live, &types).unwrap().difference(&never_owned());
+                let owned = FieldSet::from_object(&live, &types).unwrap().difference(never_owned());
                 let emptied = apply(Some(&live), &config(json!({})), false, &types, &ctx("a", "T2")).unwrap();
                 for path in owned.paths() {
                     prop_assert!(get_at(&emptied, &path, &types).is_none(), "{:?} survived in {}", path, emptied);
@@ -1425,7 +1429,7 @@ mod tests {
                         remove_at(&mut stripped, &path, &types);
                     }
                 }
-                prop_assert!(FieldSet::from_object(&stripped, &types).unwrap().difference(&never_owned()).paths().iter()
+                prop_assert!(FieldSet::from_object(&stripped, &types).unwrap().difference(never_owned()).paths().iter()
                     .all(|path| get_at(&out, path, &types).is_some()));
             }
         }
