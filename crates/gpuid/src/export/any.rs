@@ -1,7 +1,7 @@
 //! The exporter selected by `EXPORTER_TYPE`, built from the validated
 //! configuration.
 
-use super::s3::{S3Credentials, S3Format, S3Settings};
+use super::s3::{S3Credentials, S3Settings};
 use super::{
     Batch, ExportError, Exporter, Health, HttpExporter, PostgresExporter, S3Exporter,
     StdoutExporter,
@@ -24,7 +24,6 @@ pub enum BuildError {
 pub struct ExportContext {
     /// This replica's identity (the pod name), used in S3 keys.
     pub replica: String,
-    pub s3_format: S3Format,
     pub s3_credentials: Option<S3Credentials>,
 }
 
@@ -48,7 +47,6 @@ impl AnyExporter {
             }
             ExporterConfig::S3(s3) => AnyExporter::S3(S3Exporter::new(S3Settings {
                 config: s3.clone(),
-                format: context.s3_format,
                 replica: context.replica,
                 credentials: context.s3_credentials,
             })?),

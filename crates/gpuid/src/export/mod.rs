@@ -45,7 +45,7 @@ pub use batch::Batch;
 pub use error::{ExportError, FailureClass, classify_status, parse_retry_after};
 pub use http::HttpExporter;
 pub use pipeline::{ExportPipeline, PipelineConfig, PipelineStats, ShutdownReport, SubmitError};
-pub use postgres::{MIGRATIONS, PostgresExporter, PostgresNames};
+pub use postgres::{MIGRATIONS, PostgresExporter, PostgresNames, SessionSecurity};
 pub use retry::{RetryPolicy, backoff_delay};
 pub use s3::{S3Credentials, S3Exporter, S3Format, S3Settings, object_key, render_partition};
 pub use stdout::StdoutExporter;

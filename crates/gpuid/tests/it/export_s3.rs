@@ -69,8 +69,8 @@ fn settings(endpoint: &str, bucket: &str, format: S3Format, replica: &str) -> S3
             partition_pattern: "year=%Y/month=%m/day=%d/hour=%H".to_owned(),
             endpoint: Some(endpoint.to_owned()),
             force_path_style: true,
+            format,
         },
-        format,
         replica: replica.to_owned(),
         credentials: Some(S3Credentials {
             access_key_id: "testing".to_owned(),

@@ -7,6 +7,7 @@ mod collect_support;
 mod docs;
 mod export_http;
 mod export_postgres;
+mod export_postgres_tls;
 mod export_s3;
 mod export_stdout;
 mod export_support;
