@@ -27,6 +27,21 @@ pub struct ExportContext {
     pub s3_credentials: Option<S3Credentials>,
 }
 
+impl ExportContext {
+    /// What the binary passes: this replica's name and the static AWS
+    /// credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`) read through `env`.
+    pub fn from_lookup(
+        replica: impl Into<String>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> ExportContext {
+        ExportContext {
+            replica: replica.into(),
+            s3_credentials: S3Credentials::from_lookup(env),
+        }
+    }
+}
+
 pub enum AnyExporter {
     Stdout(StdoutExporter),
     Http(HttpExporter),
@@ -80,5 +95,32 @@ impl Exporter for AnyExporter {
             AnyExporter::Postgres(exporter) => exporter.health().await,
             AnyExporter::S3(exporter) => exporter.health().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_context_takes_the_static_aws_credentials_from_the_lookup() {
+        let env = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIDEXAMPLE".to_owned()),
+            "AWS_SECRET_ACCESS_KEY" => Some("secret".to_owned()),
+            _ => None,
+        };
+        let context = ExportContext::from_lookup("gpuid-0", env);
+        assert_eq!(context.replica, "gpuid-0");
+        let credentials = context
+            .s3_credentials
+            .unwrap_or_else(|| panic!("no credentials"));
+        assert_eq!(credentials.access_key_id, "AKIDEXAMPLE");
+        assert_eq!(credentials.secret_access_key.expose(), "secret");
+        assert!(credentials.session_token.is_none());
+        assert!(
+            ExportContext::from_lookup("gpuid-0", |_| None)
+                .s3_credentials
+                .is_none()
+        );
     }
 }

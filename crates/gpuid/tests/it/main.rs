@@ -6,6 +6,7 @@ mod collect_e2e;
 mod collect_support;
 mod docs;
 mod export_http;
+mod export_metrics;
 mod export_postgres;
 mod export_postgres_tls;
 mod export_s3;
