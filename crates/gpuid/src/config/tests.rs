@@ -1149,3 +1149,19 @@ fn a_malformed_export_pipeline_flag_names_the_flag() {
         r#"invalid integer for --export-batch-size="many": not an integer"#
     );
 }
+
+#[test]
+fn a_root_certificate_flag_that_cannot_be_read_names_the_flag() {
+    let mut flags = BTreeMap::new();
+    flags.insert("postgres-sslrootcert".to_owned(), "/missing.pem".to_owned());
+    let vars = env(&[CLUSTER]);
+    let errors = Config::from_sources(&flags, |n| vars.get(n).cloned(), no_files).unwrap_err();
+    assert_eq!(errors.errors.len(), 1, "{errors}");
+    assert!(
+        errors.errors[0]
+            .message
+            .starts_with(r#"--postgres-sslrootcert="/missing.pem": cannot read the file"#),
+        "{errors}"
+    );
+    assert_eq!(errors.errors[0].env, "POSTGRES_SSLROOTCERT");
+}

@@ -410,3 +410,27 @@ async fn a_url_carries_verify_full_and_its_root_certificate() {
     assert_eq!(default.sslmode(), SslMode::Prefer);
     assert!(encrypted(&default).await);
 }
+
+#[tokio::test]
+async fn a_unix_socket_ignores_sslmode_as_libpq_does() {
+    let server = server().await;
+    let client = postgres_client().await;
+    let directories: String = client
+        .query_one("SHOW unix_socket_directories", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let directory = directories
+        .split(',')
+        .map(str::trim)
+        .find(|dir| !dir.is_empty())
+        .unwrap_or_else(|| panic!("the test server listens on no Unix socket"))
+        .to_owned();
+    let exporter = exporter(server.params(
+        &directory,
+        server.port,
+        SslMode::VerifyFull,
+        Some(unrelated_ca()),
+    ));
+    assert!(!encrypted(&exporter).await);
+}

@@ -311,6 +311,16 @@ impl Connect for PgConnect {
     ) -> BoxFuture<'_, Result<Connected, tokio_postgres::Error>> {
         let config = pg_config.clone();
         Box::pin(async move {
+            // libpq ignores sslmode on Unix-domain sockets: there is no
+            // network to protect and no host name to check.
+            let unix_only = !config.get_hosts().is_empty()
+                && config
+                    .get_hosts()
+                    .iter()
+                    .all(|host| !matches!(host, tokio_postgres::config::Host::Tcp(_)));
+            if unix_only {
+                return plain(&config).await;
+            }
             match self.mode {
                 SslMode::Disable => plain(&config).await,
                 // libpq: plain first; TLS only if the server turned plain down
