@@ -25,7 +25,10 @@
 //! presigner with no TLS or runtime of its own: it builds in seconds,
 //! whereas `aws-sdk-s3` costs about a minute of build time on this machine
 //! and its current release needs a newer Rust than the workspace's 1.89.
-//! PostgreSQL goes through `tokio-postgres` with a `deadpool-postgres` pool.
+//! PostgreSQL goes through `tokio-postgres` with a `deadpool-postgres` pool;
+//! TLS through `tokio-postgres-rustls` on the same rustls/ring stack, with
+//! libpq's sslmode semantics built in `postgres::tls` (tokio-postgres alone
+//! has no certificate checks and only three of the six modes).
 
 mod any;
 mod batch;

@@ -233,6 +233,19 @@ impl PostgresExporter {
             }
         }
         *migrated = true;
+        drop(client);
+        drop(migrated);
+        // Once per process: operators see whether the session is encrypted.
+        match self.session_security().await {
+            Ok(session) => tracing::info!(
+                table = %self.names.view,
+                sslmode = self.sslmode.as_str(),
+                encrypted = session.encrypted,
+                tls_version = session.tls_version.as_deref().unwrap_or("none"),
+                "PostgreSQL exporter connected"
+            ),
+            Err(error) => tracing::debug!(%error, "could not read pg_stat_ssl"),
+        }
         Ok(())
     }
 
