@@ -93,14 +93,20 @@ impl Server {
     }
 }
 
+/// An exporter that never migrates: these tests only connect, so they
+/// leave nothing behind in the database.
 fn exporter(connection: PostgresConnection) -> PostgresExporter {
+    exporter_in(connection, None)
+}
+
+fn exporter_in(connection: PostgresConnection, schema: Option<String>) -> PostgresExporter {
     PostgresExporter::new(&PostgresExporterConfig {
         connection,
+        auto_migrate: schema.is_some(),
         table: PostgresTable {
-            schema: Some(fresh_schema("tls")),
+            schema,
             name: "gpu".to_owned(),
         },
-        auto_migrate: true,
     })
     .unwrap()
 }
@@ -130,9 +136,11 @@ async fn unhealthy_reason(exporter: &PostgresExporter) -> String {
 #[derive(Clone, Copy)]
 enum Behaviour {
     /// Answers the TLS request with "N", like a server with `ssl = off`.
-    RefuseTls,
+    SaysNoToTls,
     /// Ends plain sessions with a FATAL error, like `hostssl` in pg_hba.conf.
-    RequireTls,
+    HostsslOnly,
+    /// Accepts the TLS request, then hangs up: a broken TLS set-up.
+    HangsUpAfterYes,
 }
 
 /// A loopback proxy to the real server that behaves as `behaviour`.
@@ -152,12 +160,16 @@ async fn proxy(upstream_port: u16, behaviour: Behaviour) -> u16 {
                     return;
                 };
                 match (behaviour, is_tls_request) {
-                    (Behaviour::RefuseTls, true) => {
+                    (Behaviour::SaysNoToTls, true) => {
                         if inbound.write_all(b"N").await.is_err() {
                             return;
                         }
                     }
-                    (Behaviour::RequireTls, false) => {
+                    (Behaviour::HangsUpAfterYes, true) => {
+                        let _ = inbound.write_all(b"S").await;
+                        return;
+                    }
+                    (Behaviour::HostsslOnly, false) => {
                         let _ = inbound
                             .write_all(&fatal(
                                 "28000",
@@ -202,7 +214,11 @@ fn fatal(code: &str, message: &str) -> Vec<u8> {
 #[tokio::test]
 async fn require_encrypts_the_session_without_checking_the_certificate_and_exports() {
     let server = server().await;
-    let exporter = exporter(server.params("127.0.0.1", server.port, SslMode::Require, None));
+    let schema = fresh_schema("tls");
+    let exporter = exporter_in(
+        server.params("127.0.0.1", server.port, SslMode::Require, None),
+        Some(schema.clone()),
+    );
     let session = exporter.session_security().await.unwrap();
     assert!(session.encrypted, "{session:?}");
     assert!(
@@ -213,8 +229,24 @@ async fn require_encrypts_the_session_without_checking_the_certificate_and_expor
         "{session:?}"
     );
     let (records, events) = h100_batch();
-    exporter.export(&batch(records, events)).await.unwrap();
+    exporter
+        .export(&batch(records.clone(), events))
+        .await
+        .unwrap();
     assert!(exporter.health().await.is_healthy());
+    let db = postgres_client().await;
+    let rows: i64 = db
+        .query_one(
+            &format!("SELECT count(*) FROM \"{schema}\".\"gpu_inventory\""),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, records.len() as i64);
+    db.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -350,15 +382,26 @@ async fn prefer_uses_tls_when_offered_and_goes_plain_when_the_server_refuses_it(
     let server = server().await;
     let direct = exporter(server.params("127.0.0.1", server.port, SslMode::Prefer, None));
     assert!(encrypted(&direct).await);
-    let no_tls = proxy(server.port, Behaviour::RefuseTls).await;
+    let no_tls = proxy(server.port, Behaviour::SaysNoToTls).await;
     let refused = exporter(server.params("127.0.0.1", no_tls, SslMode::Prefer, None));
     assert!(!encrypted(&refused).await);
 }
 
 #[tokio::test]
+async fn prefer_goes_plain_when_the_tls_handshake_fails_and_require_does_not() {
+    let server = server().await;
+    let broken = proxy(server.port, Behaviour::HangsUpAfterYes).await;
+    let prefer = exporter(server.params("127.0.0.1", broken, SslMode::Prefer, None));
+    assert!(!encrypted(&prefer).await);
+    let require = exporter(server.params("127.0.0.1", broken, SslMode::Require, None));
+    let reason = unhealthy_reason(&require).await;
+    assert!(reason.contains("TLS handshake"), "{reason}");
+}
+
+#[tokio::test]
 async fn require_fails_against_a_server_that_refuses_tls() {
     let server = server().await;
-    let no_tls = proxy(server.port, Behaviour::RefuseTls).await;
+    let no_tls = proxy(server.port, Behaviour::SaysNoToTls).await;
     let exporter = exporter(server.params("127.0.0.1", no_tls, SslMode::Require, None));
     let reason = unhealthy_reason(&exporter).await;
     assert!(reason.contains("server does not support TLS"), "{reason}");
@@ -369,7 +412,7 @@ async fn allow_starts_plain_and_switches_to_tls_when_the_server_demands_it() {
     let server = server().await;
     let direct = exporter(server.params("127.0.0.1", server.port, SslMode::Allow, None));
     assert!(!encrypted(&direct).await);
-    let tls_only = proxy(server.port, Behaviour::RequireTls).await;
+    let tls_only = proxy(server.port, Behaviour::HostsslOnly).await;
     let demanding = exporter(server.params("127.0.0.1", tls_only, SslMode::Allow, None));
     assert!(encrypted(&demanding).await);
     // The proxy really refuses plain sessions.
