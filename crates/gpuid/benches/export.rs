@@ -62,9 +62,12 @@ fn row(what: &str, per_batch: Duration, items: usize) {
     );
 }
 
-async fn postgres_rows() {
-    let url = std::env::var("GPUFLEET_TEST_POSTGRES_URL")
+/// The batch statements over a session with `sslmode` (plain or TLS).
+async fn postgres_rows(sslmode: &str) {
+    let base = std::env::var("GPUFLEET_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}sslmode={sslmode}");
     let schema = format!("gpuid_bench_{}", uuid::Uuid::new_v4().simple());
     let exporter = PostgresExporter::new(&PostgresExporterConfig {
         connection: PostgresConnection::Dsn(Secret::new(url.clone())),
@@ -118,19 +121,23 @@ async fn postgres_rows() {
         exporter.export(&batch).await.expect("events batch");
         with_events.push(started.elapsed());
     }
-    row("postgres: insert 500 new GPUs", median(inserts), BATCH);
     row(
-        "postgres: upsert 500 seen-again GPUs",
+        &format!("postgres (sslmode={sslmode}): insert 500 new GPUs"),
+        median(inserts),
+        BATCH,
+    );
+    row(
+        &format!("postgres (sslmode={sslmode}): upsert 500 seen-again GPUs"),
         median(upserts),
         BATCH,
     );
     row(
-        "postgres: 500 new GPUs + 500 events",
+        &format!("postgres (sslmode={sslmode}): 500 new GPUs + 500 events"),
         median(with_events),
         2 * BATCH,
     );
 
-    if let Ok((client, connection)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+    if let Ok((client, connection)) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await {
         tokio::spawn(connection);
         let _ = client
             .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
@@ -176,6 +183,7 @@ fn main() {
     println!("|---|---|---|---|");
     runtime.block_on(async {
         pipeline_overhead().await;
-        postgres_rows().await;
+        postgres_rows("disable").await;
+        postgres_rows("require").await;
     });
 }

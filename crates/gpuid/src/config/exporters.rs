@@ -2,6 +2,7 @@
 //! errors whichever exporter is selected (upstream silently fell back to
 //! defaults); "required" is enforced only for the selected exporter.
 
+use std::path::Path;
 use std::time::Duration;
 
 use super::knobs::{self, Knob};
@@ -144,7 +145,11 @@ pub struct PostgresExporterConfig {
 /// How to reach the database: a URL, or upstream's separate parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PostgresConnection {
-    /// `postgres://…` or `postgresql://…`, passed to the client as is.
+    /// `postgres://…` or `postgresql://…`. Its `sslmode` and `sslrootcert`
+    /// query parameters are read by gpuid ([`split_postgres_url`]), because
+    /// the client library knows neither `allow`, `verify-ca`, `verify-full`
+    /// nor root certificates; `POSTGRES_SSLROOTCERT` given with a URL is
+    /// appended to it as `sslrootcert`.
     Dsn(Secret),
     Params {
         host: String,
@@ -153,6 +158,8 @@ pub enum PostgresConnection {
         user: String,
         password: Secret,
         sslmode: SslMode,
+        /// `POSTGRES_SSLROOTCERT`: PEM file of trusted CA certificates.
+        sslrootcert: Option<String>,
     },
 }
 
@@ -169,16 +176,24 @@ impl PostgresConnection {
                 user,
                 password,
                 sslmode,
+                sslrootcert,
             } => {
-                let pairs = [
+                let port = port.to_string();
+                let mut pairs = vec![
                     ("host", host.as_str()),
-                    ("port", &port.to_string()),
+                    ("port", port.as_str()),
                     ("dbname", dbname.as_str()),
                     ("user", user.as_str()),
                     ("password", password.expose()),
                     ("sslmode", sslmode.as_str()),
-                ]
-                .map(|(key, value)| format!("{key}={}", libpq_quote(value)));
+                ];
+                if let Some(root) = sslrootcert {
+                    pairs.push(("sslrootcert", root.as_str()));
+                }
+                let pairs: Vec<String> = pairs
+                    .into_iter()
+                    .map(|(key, value)| format!("{key}={}", libpq_quote(value)))
+                    .collect();
                 Secret::new(pairs.join(" "))
             }
         }
@@ -212,7 +227,7 @@ impl SslMode {
         }
     }
 
-    fn parse(raw: &str) -> Option<SslMode> {
+    pub fn parse(raw: &str) -> Option<SslMode> {
         Some(match raw.trim() {
             "disable" => SslMode::Disable,
             "allow" => SslMode::Allow,
@@ -222,6 +237,107 @@ impl SslMode {
             "verify-full" => SslMode::VerifyFull,
             _ => return None,
         })
+    }
+}
+
+/// A `postgres://` URL with the TLS parameters gpuid handles itself taken
+/// out: what is left goes to the client library unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresUrlParts {
+    /// The URL without `sslmode` and `sslrootcert`.
+    pub url: Secret,
+    /// `None` when the URL has no `sslmode` (libpq's default, `prefer`).
+    pub sslmode: Option<SslMode>,
+    /// Percent-decoded path of `sslrootcert`.
+    pub sslrootcert: Option<String>,
+}
+
+/// Splits `sslmode` and `sslrootcert` out of a URL's query (libpq URL
+/// rules: `&`-separated `key=value`, percent-encoded; the last repeated
+/// key wins). Messages never quote the URL: it may hold a password.
+pub fn split_postgres_url(url: &str) -> Result<PostgresUrlParts, String> {
+    let url = url.trim();
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut kept: Vec<&str> = Vec::new();
+    let mut sslmode = None;
+    let mut sslrootcert = None;
+    for pair in query.into_iter().flat_map(|query| query.split('&')) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "sslmode" => {
+                let value = percent_decode(value)
+                    .ok_or("sslmode in the URL is not valid percent-encoding")?;
+                sslmode = Some(SslMode::parse(&value).ok_or_else(|| {
+                    format!(
+                        "sslmode={value:?} in the URL is not an sslmode (use disable, allow, prefer, require, verify-ca or verify-full)"
+                    )
+                })?);
+            }
+            "sslrootcert" => {
+                let value = percent_decode(value)
+                    .ok_or("sslrootcert in the URL is not valid percent-encoding")?;
+                if value.trim().is_empty() {
+                    return Err("sslrootcert in the URL is empty".to_owned());
+                }
+                sslrootcert = Some(value);
+            }
+            _ if pair.is_empty() => {}
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok(PostgresUrlParts {
+        url: Secret::new(url),
+        sslmode,
+        sslrootcert,
+    })
+}
+
+fn percent_decode(raw: &str) -> Option<String> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = raw.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Everything but RFC 3986 unreserved characters and `/`, so a file path
+/// survives as one query value.
+fn percent_encode(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for byte in raw.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// A root-certificate file must be PEM (libpq's rule too); checked here so
+/// a wrong path or a DER file fails at start, naming the knob.
+fn check_root_cert(content: &str) -> Result<(), String> {
+    if content.contains("-----BEGIN CERTIFICATE-----") {
+        Ok(())
+    } else {
+        Err("no PEM certificate in the file (expected -----BEGIN CERTIFICATE-----)".to_owned())
     }
 }
 
@@ -274,7 +390,13 @@ fn parse_table(raw: &str) -> Result<PostgresTable, String> {
 }
 
 pub(super) fn postgres(parser: &mut Parser<'_>, selected: bool) -> PostgresExporterConfig {
-    let dsn = parser.secret(&knobs::POSTGRES_DSN, &knobs::POSTGRES_DSN_FILE);
+    let mut dsn = parser.secret(&knobs::POSTGRES_DSN, &knobs::POSTGRES_DSN_FILE);
+    let dsn_knob = if parser.non_blank(&knobs::POSTGRES_DSN).is_some() {
+        &knobs::POSTGRES_DSN
+    } else {
+        &knobs::POSTGRES_DSN_FILE
+    };
+    let mut dsn_rootcert = None;
     if let Some(dsn) = &dsn {
         let url = dsn.expose().trim();
         let valid = ["postgres://", "postgresql://"].iter().any(|scheme| {
@@ -282,17 +404,39 @@ pub(super) fn postgres(parser: &mut Parser<'_>, selected: bool) -> PostgresExpor
                 .is_some_and(|rest| !rest.is_empty())
         });
         if !valid {
-            let knob = if parser.non_blank(&knobs::POSTGRES_DSN).is_some() {
-                &knobs::POSTGRES_DSN
-            } else {
-                &knobs::POSTGRES_DSN_FILE
-            };
             parser.fail(
-                knob,
+                dsn_knob,
                 "not a PostgreSQL URL (use postgres://user:password@host:5432/db?sslmode=require)",
             );
+        } else {
+            match split_postgres_url(url) {
+                Ok(parts) => dsn_rootcert = parts.sslrootcert,
+                Err(problem) => parser.fail(dsn_knob, problem),
+            }
         }
     }
+    if let Some(path) = &dsn_rootcert {
+        let problem = match parser.read_file(Path::new(path.trim())) {
+            Ok(content) => check_root_cert(&content).err(),
+            Err(error) => Some(format!("cannot read the file: {error}")),
+        };
+        if let Some(problem) = problem {
+            parser.fail(dsn_knob, format!("sslrootcert {path:?}: {problem}"));
+        }
+    }
+    let sslrootcert = parser
+        .non_blank(&knobs::POSTGRES_SSLROOTCERT)
+        .map(|setting| {
+            let path = setting.value.trim().to_owned();
+            let problem = match parser.read_file(Path::new(&path)) {
+                Ok(content) => check_root_cert(&content).err(),
+                Err(error) => Some(format!("cannot read the file: {error}")),
+            };
+            if let Some(problem) = problem {
+                parser.reject(&knobs::POSTGRES_SSLROOTCERT, &setting, problem);
+            }
+            path
+        });
 
     let port = parser.typed(
         &knobs::POSTGRES_PORT,
@@ -344,8 +488,8 @@ pub(super) fn postgres(parser: &mut Parser<'_>, selected: bool) -> PostgresExpor
     );
     let password = parser.secret(&knobs::POSTGRES_PASSWORD, &knobs::POSTGRES_PASSWORD_FILE);
 
-    let connection = match dsn {
-        Some(dsn) => {
+    let connection = match dsn.take() {
+        Some(mut dsn) => {
             // The URL carries host, port, database, user, password and
             // sslmode; accepting both forms would leave one silently ignored.
             for knob in [
@@ -363,6 +507,22 @@ pub(super) fn postgres(parser: &mut Parser<'_>, selected: bool) -> PostgresExpor
                         "cannot be combined with POSTGRES_DSN; put it in the URL instead",
                     );
                 }
+            }
+            match (&sslrootcert, &dsn_rootcert) {
+                (Some(_), Some(_)) => parser.fail(
+                    &knobs::POSTGRES_SSLROOTCERT,
+                    "cannot be combined with sslrootcert in POSTGRES_DSN; set it in one place",
+                ),
+                // Carried in the URL so the connection has one description.
+                (Some(path), None) => {
+                    let url = dsn.expose().trim();
+                    let separator = if url.contains('?') { '&' } else { '?' };
+                    dsn = Secret::new(format!(
+                        "{url}{separator}sslrootcert={}",
+                        percent_encode(path)
+                    ));
+                }
+                _ => {}
             }
             PostgresConnection::Dsn(dsn)
         }
@@ -404,6 +564,7 @@ pub(super) fn postgres(parser: &mut Parser<'_>, selected: bool) -> PostgresExpor
                 user,
                 password: password.unwrap_or_else(|| Secret::new("")),
                 sslmode,
+                sslrootcert,
             }
         }
     };
@@ -424,6 +585,37 @@ pub struct S3ExporterConfig {
     pub partition_pattern: String,
     pub endpoint: Option<String>,
     pub force_path_style: bool,
+    /// `S3_FORMAT`: body format of the objects.
+    pub format: S3Format,
+}
+
+/// Body format of S3 objects (`S3_FORMAT`). How bodies are written is in
+/// `export::s3`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum S3Format {
+    /// CSV with a header row; upstream wrote CSV without one.
+    #[default]
+    Csv,
+    /// One JSON object per line, every field.
+    Ndjson,
+}
+
+impl S3Format {
+    /// `csv` or `ndjson` (also `jsonl`), any case.
+    pub fn parse(raw: &str) -> Option<S3Format> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "csv" => Some(S3Format::Csv),
+            "ndjson" | "jsonl" => Some(S3Format::Ndjson),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            S3Format::Csv => "csv",
+            S3Format::Ndjson => "ndjson",
+        }
+    }
 }
 
 pub(super) fn s3(parser: &mut Parser<'_>, selected: bool) -> S3ExporterConfig {
@@ -487,6 +679,13 @@ pub(super) fn s3(parser: &mut Parser<'_>, selected: bool) -> S3ExporterConfig {
         parse_bool,
         false,
     );
+    let format = parser.typed(
+        &knobs::S3_FORMAT,
+        "S3 format",
+        "not an S3 format (use csv or ndjson)",
+        S3Format::parse,
+        S3Format::Csv,
+    );
     S3ExporterConfig {
         bucket,
         prefix,
@@ -494,6 +693,7 @@ pub(super) fn s3(parser: &mut Parser<'_>, selected: bool) -> S3ExporterConfig {
         partition_pattern,
         endpoint,
         force_path_style,
+        format,
     }
 }
 
@@ -588,6 +788,7 @@ mod tests {
             user: "gpuid".into(),
             password: Secret::new("p a'ss\\"),
             sslmode: SslMode::VerifyFull,
+            sslrootcert: None,
         };
         assert_eq!(
             connection.to_libpq_string().expose(),

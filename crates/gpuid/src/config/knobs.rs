@@ -10,6 +10,8 @@ pub enum KnobGroup {
     HttpExporter,
     PostgresExporter,
     S3Exporter,
+    /// The pipeline in front of every exporter (batching, retries, queue).
+    ExportPipeline,
 }
 
 /// One configuration knob.
@@ -117,6 +119,8 @@ knobs! {
         "File holding the PostgreSQL password (instead of POSTGRES_PASSWORD).";
     POSTGRES_SSLMODE = "POSTGRES_SSLMODE", "postgres-sslmode", Some("require"), PostgresExporter, false,
         "disable, allow, prefer, require, verify-ca or verify-full.";
+    POSTGRES_SSLROOTCERT = "POSTGRES_SSLROOTCERT", "postgres-sslrootcert", None, PostgresExporter, false,
+        "PEM file of the CA certificates that sign the server's certificate (default: the system's roots).";
     POSTGRES_TABLE = "POSTGRES_TABLE", "postgres-table", Some("gpu"), PostgresExporter, false,
         "Table name, optionally schema-qualified (schema.table).";
     POSTGRES_AUTO_MIGRATE = "POSTGRES_AUTO_MIGRATE", "postgres-auto-migrate", Some("false"), PostgresExporter, false,
@@ -133,6 +137,24 @@ knobs! {
         "Custom S3 endpoint URL (MinIO, moto, other regions' endpoints).";
     S3_FORCE_PATH_STYLE = "S3_FORCE_PATH_STYLE", "s3-force-path-style", Some("false"), S3Exporter, false,
         "Address buckets as endpoint/bucket instead of bucket.endpoint.";
+    S3_FORMAT = "S3_FORMAT", "s3-format", Some("csv"), S3Exporter, false,
+        "Object body format: csv (with a header row) or ndjson.";
+    EXPORT_BATCH_SIZE = "EXPORT_BATCH_SIZE", "export-batch-size", Some("500"), ExportPipeline, false,
+        "Records plus change events per exported batch (1-10000).";
+    EXPORT_BATCH_INTERVAL = "EXPORT_BATCH_INTERVAL", "export-batch-interval", Some("1s"), ExportPipeline, false,
+        "Longest wait before a partly filled batch is exported (at most 10m).";
+    EXPORT_QUEUE_CAPACITY = "EXPORT_QUEUE_CAPACITY", "export-queue-capacity", Some("256"), ExportPipeline, false,
+        "Batches held in memory while the backend is slow or down (1-100000); then collection waits.";
+    EXPORT_MAX_ATTEMPTS = "EXPORT_MAX_ATTEMPTS", "export-max-attempts", Some("0"), ExportPipeline, false,
+        "Attempts per batch before it is dropped and counted; 0 retries until the backend recovers.";
+    EXPORT_BACKOFF_INITIAL = "EXPORT_BACKOFF_INITIAL", "export-backoff-initial", Some("200ms"), ExportPipeline, false,
+        "Delay before the first retry; doubles per retry, with jitter.";
+    EXPORT_BACKOFF_MAX = "EXPORT_BACKOFF_MAX", "export-backoff-max", Some("1m"), ExportPipeline, false,
+        "Longest delay between retries (at least EXPORT_BACKOFF_INITIAL).";
+    EXPORT_RETRY_AFTER_MAX = "EXPORT_RETRY_AFTER_MAX", "export-retry-after-max", Some("5m"), ExportPipeline, false,
+        "Longest server Retry-After that is honoured; longer hints are cut to this.";
+    EXPORT_UNHEALTHY_AFTER = "EXPORT_UNHEALTHY_AFTER", "export-unhealthy-after", Some("3"), ExportPipeline, false,
+        "Failed attempts in a row after which /readyz reports the exporter unhealthy.";
 }
 
 /// The knob a flag name (with or without `--`) belongs to.

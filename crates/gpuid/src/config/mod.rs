@@ -13,6 +13,7 @@
 
 mod exporters;
 pub mod knobs;
+mod pipeline;
 mod secret;
 mod selector;
 mod source;
@@ -25,9 +26,10 @@ use std::time::Duration;
 
 pub use exporters::{
     HttpExporterConfig, HttpHeader, PostgresConnection, PostgresExporterConfig, PostgresTable,
-    S3ExporterConfig, SslMode,
+    PostgresUrlParts, S3ExporterConfig, S3Format, SslMode, split_postgres_url,
 };
 pub use knobs::{KNOBS, Knob, KnobGroup};
+pub use pipeline::ExportPipelineSettings;
 pub use secret::Secret;
 pub use source::{ConfigError, ConfigErrors};
 
@@ -152,6 +154,8 @@ pub struct Config {
     pub log_level: LogLevel,
     pub server_port: u16,
     pub leader_election: LeaderElectionConfig,
+    /// Batching, retries and queue of the export pipeline (`EXPORT_*`).
+    pub export_pipeline: ExportPipelineSettings,
 }
 
 impl Config {
@@ -228,6 +232,7 @@ fn parse(parser: &mut Parser<'_>) -> Config {
     let http = exporters::http(parser, exporter_kind == Some(ExporterKind::Http));
     let postgres = exporters::postgres(parser, exporter_kind == Some(ExporterKind::Postgres));
     let s3 = exporters::s3(parser, exporter_kind == Some(ExporterKind::S3));
+    let export_pipeline = pipeline::export_pipeline(parser);
     let exporter = match exporter_kind {
         Some(ExporterKind::Http) => ExporterConfig::Http(http),
         Some(ExporterKind::Postgres) => ExporterConfig::Postgres(postgres),
@@ -250,6 +255,7 @@ fn parse(parser: &mut Parser<'_>) -> Config {
         log_level,
         server_port,
         leader_election,
+        export_pipeline,
     }
 }
 

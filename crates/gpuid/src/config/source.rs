@@ -213,6 +213,11 @@ impl<'a> Parser<'a> {
         )
     }
 
+    /// Reads a file a knob names, through the injected reader.
+    pub fn read_file(&self, path: &Path) -> io::Result<String> {
+        (self.read_file)(path)
+    }
+
     /// A credential given directly (`NAME`) or through a file (`NAME_FILE`,
     /// read with the injected reader; one trailing newline is dropped, as
     /// Kubernetes Secrets mounted from `kubectl create secret --from-file`

@@ -348,7 +348,9 @@ fn every_knob_can_be_set_by_its_flag() {
     // the two configurations must be identical.
     let values: Vec<(&Knob, &str)> = KNOBS
         .iter()
-        .filter(|k| !k.env.ends_with("_FILE") && k.env != "POSTGRES_DSN")
+        .filter(|k| {
+            !k.env.ends_with("_FILE") && k.env != "POSTGRES_DSN" && k.env != "POSTGRES_SSLROOTCERT"
+        })
         .map(|k| {
             let value = match k.env {
                 "EXPORTER_TYPE" => "postgres",
@@ -368,6 +370,11 @@ fn every_knob_can_be_set_by_its_flag() {
                 "POSTGRES_SSLMODE" => "disable",
                 "POSTGRES_TABLE" => "inv.gpu",
                 "S3_PARTITION_PATTERN" => "%Y/%m",
+                "S3_FORMAT" => "ndjson",
+                "EXPORT_BATCH_SIZE" | "EXPORT_QUEUE_CAPACITY" => "11",
+                "EXPORT_MAX_ATTEMPTS" | "EXPORT_UNHEALTHY_AFTER" => "4",
+                "EXPORT_BATCH_INTERVAL" | "EXPORT_BACKOFF_INITIAL" => "250ms",
+                "EXPORT_BACKOFF_MAX" | "EXPORT_RETRY_AFTER_MAX" => "2m",
                 _ => "value-x",
             };
             (k, value)
@@ -581,6 +588,7 @@ fn postgres_parameters_default_to_port_5432_sslmode_require_and_table_gpu() {
         user,
         password,
         sslmode,
+        sslrootcert,
     } = &pg.connection
     else {
         panic!("not params")
@@ -590,6 +598,7 @@ fn postgres_parameters_default_to_port_5432_sslmode_require_and_table_gpu() {
         ("db", 5432, "inv", "gpuid")
     );
     assert_eq!((password.expose(), *sslmode), ("s3cret", SslMode::Require));
+    assert_eq!(*sslrootcert, None);
     assert_eq!(
         pg.table,
         PostgresTable {
@@ -773,4 +782,386 @@ mod properties {
             prop_assert_eq!(values::parse_go_duration(&values::format_go_duration(nanos)), Some(nanos));
         }
     }
+}
+
+// ---- additions: PostgreSQL TLS ----
+
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+fn postgres_params(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    let mut pairs = vec![
+        CLUSTER,
+        ("EXPORTER_TYPE", "postgres"),
+        ("POSTGRES_HOST", "db"),
+        ("POSTGRES_DB", "inv"),
+        ("POSTGRES_USER", "gpuid"),
+        ("POSTGRES_PASSWORD", "pw"),
+    ];
+    pairs.extend_from_slice(extra);
+    pairs
+}
+
+fn postgres_of(config: Config) -> PostgresExporterConfig {
+    match config.exporter {
+        ExporterConfig::Postgres(pg) => pg,
+        other => panic!("not postgres: {other:?}"),
+    }
+}
+
+#[test]
+fn the_root_certificate_file_is_read_at_start_and_kept_with_the_parameters() {
+    let config = load_with_files(
+        &postgres_params(&[
+            ("POSTGRES_SSLMODE", "verify-full"),
+            ("POSTGRES_SSLROOTCERT", "/etc/gpuid/ca.pem"),
+        ]),
+        &[("/etc/gpuid/ca.pem", CA_PEM)],
+    )
+    .unwrap();
+    let pg = postgres_of(config);
+    let PostgresConnection::Params {
+        sslmode,
+        sslrootcert,
+        ..
+    } = &pg.connection
+    else {
+        panic!("not params")
+    };
+    assert_eq!(*sslmode, SslMode::VerifyFull);
+    assert_eq!(sslrootcert.as_deref(), Some("/etc/gpuid/ca.pem"));
+    assert!(
+        pg.connection
+            .to_libpq_string()
+            .expose()
+            .ends_with("sslmode='verify-full' sslrootcert='/etc/gpuid/ca.pem'")
+    );
+}
+
+#[test]
+fn a_missing_or_non_pem_root_certificate_file_fails_naming_the_variable() {
+    assert_eq!(
+        single(load_with_files(
+            &postgres_params(&[("POSTGRES_SSLROOTCERT", "/missing.pem")]),
+            &[],
+        )),
+        r#"POSTGRES_SSLROOTCERT="/missing.pem": cannot read the file: No such file or directory"#
+    );
+    assert_eq!(
+        single(load_with_files(
+            &postgres_params(&[("POSTGRES_SSLROOTCERT", "/ca.der")]),
+            &[("/ca.der", "0\u{1}binary")],
+        )),
+        r#"POSTGRES_SSLROOTCERT="/ca.der": no PEM certificate in the file (expected -----BEGIN CERTIFICATE-----)"#
+    );
+}
+
+#[test]
+fn a_postgres_url_may_carry_every_libpq_sslmode_and_a_root_certificate() {
+    for mode in [
+        "disable",
+        "allow",
+        "prefer",
+        "require",
+        "verify-ca",
+        "verify-full",
+    ] {
+        let url = format!("postgres://gpuid:pw@db/inv?sslmode={mode}&sslrootcert=%2Fca.pem");
+        let vars = env(&[CLUSTER, ("EXPORTER_TYPE", "postgres")]);
+        let config = Config::from_lookup(
+            |name| {
+                if name == "POSTGRES_DSN" {
+                    Some(url.clone())
+                } else {
+                    vars.get(name).cloned()
+                }
+            },
+            |path| {
+                if path == Path::new("/ca.pem") {
+                    Ok(CA_PEM.to_owned())
+                } else {
+                    Err(io::Error::new(io::ErrorKind::NotFound, "No such file"))
+                }
+            },
+        )
+        .unwrap_or_else(|errors| panic!("{mode}: {errors}"));
+        let PostgresConnection::Dsn(dsn) = postgres_of(config).connection else {
+            panic!("not a URL")
+        };
+        let parts = split_postgres_url(dsn.expose()).unwrap();
+        assert_eq!(parts.sslmode.map(SslMode::as_str), Some(mode));
+        assert_eq!(parts.sslrootcert.as_deref(), Some("/ca.pem"));
+        assert_eq!(parts.url.expose(), "postgres://gpuid:pw@db/inv");
+    }
+}
+
+#[test]
+fn a_bad_sslmode_or_unreadable_root_certificate_in_the_url_names_postgres_dsn_without_echoing_it() {
+    let message = single(load(&[
+        CLUSTER,
+        ("EXPORTER_TYPE", "postgres"),
+        ("POSTGRES_DSN", "postgres://u:hunter2@db/inv?sslmode=verify"),
+    ]));
+    assert_eq!(
+        message,
+        r#"POSTGRES_DSN: sslmode="verify" in the URL is not an sslmode (use disable, allow, prefer, require, verify-ca or verify-full)"#
+    );
+    let message = single(load(&[
+        CLUSTER,
+        ("EXPORTER_TYPE", "postgres"),
+        (
+            "POSTGRES_DSN",
+            "postgres://u:hunter2@db/inv?sslrootcert=/nope.pem",
+        ),
+    ]));
+    assert!(
+        message.starts_with(r#"POSTGRES_DSN: sslrootcert "/nope.pem": cannot read the file"#),
+        "{message}"
+    );
+    assert!(!message.contains("hunter2"));
+}
+
+#[test]
+fn the_root_certificate_knob_joins_a_url_unless_the_url_has_one_already() {
+    let files = [("/ca.pem", CA_PEM), ("/other.pem", CA_PEM)];
+    let config = load_with_files(
+        &[
+            CLUSTER,
+            ("EXPORTER_TYPE", "postgres"),
+            ("POSTGRES_DSN", "postgres://db/inv?sslmode=verify-ca"),
+            ("POSTGRES_SSLROOTCERT", "/ca.pem"),
+        ],
+        &files,
+    )
+    .unwrap();
+    let PostgresConnection::Dsn(dsn) = postgres_of(config).connection else {
+        panic!("not a URL")
+    };
+    let parts = split_postgres_url(dsn.expose()).unwrap();
+    assert_eq!(parts.sslrootcert.as_deref(), Some("/ca.pem"));
+    assert_eq!(parts.sslmode, Some(SslMode::VerifyCa));
+    assert_eq!(
+        single(load_with_files(
+            &[
+                CLUSTER,
+                ("EXPORTER_TYPE", "postgres"),
+                ("POSTGRES_DSN", "postgres://db/inv?sslrootcert=/other.pem"),
+                ("POSTGRES_SSLROOTCERT", "/ca.pem"),
+            ],
+            &files,
+        )),
+        "POSTGRES_SSLROOTCERT: cannot be combined with sslrootcert in POSTGRES_DSN; set it in one place"
+    );
+}
+
+#[test]
+fn url_splitting_keeps_other_parameters_and_decodes_percent_escapes() {
+    let parts = split_postgres_url(
+        "postgresql://db/inv?application_name=x&sslmode=require&connect_timeout=3&sslrootcert=%2Fa%20b.pem",
+    )
+    .unwrap();
+    assert_eq!(
+        parts.url.expose(),
+        "postgresql://db/inv?application_name=x&connect_timeout=3"
+    );
+    assert_eq!(parts.sslmode, Some(SslMode::Require));
+    assert_eq!(parts.sslrootcert.as_deref(), Some("/a b.pem"));
+    let plain = split_postgres_url("postgres://db/inv").unwrap();
+    assert_eq!((plain.sslmode, plain.sslrootcert), (None, None));
+    assert!(split_postgres_url("postgres://db/inv?sslrootcert=%zz").is_err());
+    assert!(split_postgres_url("postgres://db/inv?sslrootcert=").is_err());
+}
+
+// ---- additions: S3_FORMAT ----
+
+#[test]
+fn s3_format_defaults_to_csv_and_accepts_ndjson_in_any_case() {
+    let s3 = |extra: &[(&'static str, &'static str)]| {
+        let mut pairs = vec![CLUSTER, ("EXPORTER_TYPE", "s3"), ("S3_BUCKET", "b")];
+        pairs.extend_from_slice(extra);
+        match load(&pairs).unwrap().exporter {
+            ExporterConfig::S3(s3) => s3.format,
+            other => panic!("not s3: {other:?}"),
+        }
+    };
+    assert_eq!(s3(&[]), S3Format::Csv);
+    assert_eq!(s3(&[("S3_FORMAT", "")]), S3Format::Csv);
+    assert_eq!(s3(&[("S3_FORMAT", "NDJSON")]), S3Format::Ndjson);
+    assert_eq!(s3(&[("S3_FORMAT", "csv")]), S3Format::Csv);
+}
+
+#[test]
+fn an_unknown_s3_format_fails_naming_the_variable_whichever_exporter_is_selected() {
+    assert_eq!(
+        single(load(&[CLUSTER, ("S3_FORMAT", "parquet")])),
+        r#"invalid S3 format for S3_FORMAT="parquet": not an S3 format (use csv or ndjson)"#
+    );
+}
+
+// ---- additions: export pipeline ----
+
+#[test]
+fn the_export_pipeline_knobs_default_to_the_pipeline_defaults() {
+    let config = load(&[CLUSTER]).unwrap();
+    assert_eq!(config.export_pipeline, ExportPipelineSettings::default());
+    let p = config.export_pipeline;
+    assert_eq!(
+        (
+            p.batch_size,
+            p.batch_interval,
+            p.queue_capacity,
+            p.max_attempts
+        ),
+        (500, Duration::from_secs(1), 256, None)
+    );
+    assert_eq!(
+        (
+            p.backoff_initial,
+            p.backoff_max,
+            p.retry_after_max,
+            p.unhealthy_after
+        ),
+        (
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+            Duration::from_secs(300),
+            3
+        )
+    );
+}
+
+#[test]
+fn the_export_pipeline_knobs_are_read_from_env_and_flags() {
+    let config = load(&[
+        CLUSTER,
+        ("EXPORT_BATCH_SIZE", "50"),
+        ("EXPORT_BATCH_INTERVAL", "250ms"),
+        ("EXPORT_QUEUE_CAPACITY", "8"),
+        ("EXPORT_MAX_ATTEMPTS", "5"),
+        ("EXPORT_BACKOFF_INITIAL", "1s"),
+        ("EXPORT_BACKOFF_MAX", "30s"),
+        ("EXPORT_RETRY_AFTER_MAX", "0"),
+        ("EXPORT_UNHEALTHY_AFTER", "10"),
+    ])
+    .unwrap();
+    assert_eq!(
+        config.export_pipeline,
+        ExportPipelineSettings {
+            batch_size: 50,
+            batch_interval: Duration::from_millis(250),
+            queue_capacity: 8,
+            max_attempts: Some(5),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            retry_after_max: Duration::ZERO,
+            unhealthy_after: 10,
+        }
+    );
+    let mut flags = BTreeMap::new();
+    flags.insert("--export-max-attempts".to_owned(), "0".to_owned());
+    let vars = env(&[CLUSTER, ("EXPORT_MAX_ATTEMPTS", "5")]);
+    let config = Config::from_sources(&flags, |n| vars.get(n).cloned(), no_files).unwrap();
+    assert_eq!(
+        config.export_pipeline.max_attempts, None,
+        "0 from the flag wins and means no limit"
+    );
+}
+
+#[test]
+fn malformed_export_pipeline_values_name_the_variable_and_the_rule() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "EXPORT_BATCH_SIZE",
+            "ten",
+            r#"invalid integer for EXPORT_BATCH_SIZE="ten": not an integer"#,
+        ),
+        (
+            "EXPORT_BATCH_SIZE",
+            "0",
+            r#"EXPORT_BATCH_SIZE="0": must be between 1 and 10000: got 0"#,
+        ),
+        (
+            "EXPORT_BATCH_SIZE",
+            "10001",
+            r#"EXPORT_BATCH_SIZE="10001": must be between 1 and 10000: got 10001"#,
+        ),
+        (
+            "EXPORT_BATCH_INTERVAL",
+            "soon",
+            r#"invalid duration for EXPORT_BATCH_INTERVAL="soon": not a duration (use forms like 30s, 1m)"#,
+        ),
+        (
+            "EXPORT_BATCH_INTERVAL",
+            "0s",
+            r#"EXPORT_BATCH_INTERVAL="0s": must be > 0: got 0s"#,
+        ),
+        (
+            "EXPORT_BATCH_INTERVAL",
+            "11m",
+            r#"EXPORT_BATCH_INTERVAL="11m": must not exceed 10m0s: got 11m0s"#,
+        ),
+        (
+            "EXPORT_QUEUE_CAPACITY",
+            "0",
+            r#"EXPORT_QUEUE_CAPACITY="0": must be between 1 and 100000: got 0"#,
+        ),
+        (
+            "EXPORT_MAX_ATTEMPTS",
+            "-1",
+            r#"EXPORT_MAX_ATTEMPTS="-1": must be between 0 and 4294967295: got -1"#,
+        ),
+        (
+            "EXPORT_BACKOFF_INITIAL",
+            "-5ms",
+            r#"EXPORT_BACKOFF_INITIAL="-5ms": must be > 0: got -5ms"#,
+        ),
+        (
+            "EXPORT_BACKOFF_MAX",
+            "100ms",
+            r#"EXPORT_BACKOFF_MAX="100ms": must be >= EXPORT_BACKOFF_INITIAL (200ms): got 100ms"#,
+        ),
+        (
+            "EXPORT_RETRY_AFTER_MAX",
+            "-1s",
+            r#"EXPORT_RETRY_AFTER_MAX="-1s": must be >= 0 (0 ignores Retry-After): got -1s"#,
+        ),
+        (
+            "EXPORT_UNHEALTHY_AFTER",
+            "0",
+            r#"EXPORT_UNHEALTHY_AFTER="0": must be between 1 and 1000000: got 0"#,
+        ),
+    ];
+    for (name, value, expected) in cases {
+        let errors = load(&[CLUSTER, (name, value)]).unwrap_err();
+        assert_eq!(errors.errors.len(), 1, "{name}={value}: {errors}");
+        assert_eq!(errors.errors[0].message, *expected);
+        assert_eq!(errors.errors[0].env, *name);
+    }
+}
+
+#[test]
+fn a_malformed_export_pipeline_flag_names_the_flag() {
+    let mut flags = BTreeMap::new();
+    flags.insert("export-batch-size".to_owned(), "many".to_owned());
+    let vars = env(&[CLUSTER]);
+    let errors = Config::from_sources(&flags, |n| vars.get(n).cloned(), no_files).unwrap_err();
+    assert_eq!(
+        errors.errors[0].message,
+        r#"invalid integer for --export-batch-size="many": not an integer"#
+    );
+}
+
+#[test]
+fn a_root_certificate_flag_that_cannot_be_read_names_the_flag() {
+    let mut flags = BTreeMap::new();
+    flags.insert("postgres-sslrootcert".to_owned(), "/missing.pem".to_owned());
+    let vars = env(&[CLUSTER]);
+    let errors = Config::from_sources(&flags, |n| vars.get(n).cloned(), no_files).unwrap_err();
+    assert_eq!(errors.errors.len(), 1, "{errors}");
+    assert!(
+        errors.errors[0]
+            .message
+            .starts_with(r#"--postgres-sslrootcert="/missing.pem": cannot read the file"#),
+        "{errors}"
+    );
+    assert_eq!(errors.errors[0].env, "POSTGRES_SSLROOTCERT");
 }

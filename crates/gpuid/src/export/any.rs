@@ -1,7 +1,7 @@
 //! The exporter selected by `EXPORTER_TYPE`, built from the validated
 //! configuration.
 
-use super::s3::{S3Credentials, S3Format, S3Settings};
+use super::s3::{S3Credentials, S3Settings};
 use super::{
     Batch, ExportError, Exporter, Health, HttpExporter, PostgresExporter, S3Exporter,
     StdoutExporter,
@@ -24,8 +24,22 @@ pub enum BuildError {
 pub struct ExportContext {
     /// This replica's identity (the pod name), used in S3 keys.
     pub replica: String,
-    pub s3_format: S3Format,
     pub s3_credentials: Option<S3Credentials>,
+}
+
+impl ExportContext {
+    /// What the binary passes: this replica's name and the static AWS
+    /// credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`) read through `env`.
+    pub fn from_lookup(
+        replica: impl Into<String>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> ExportContext {
+        ExportContext {
+            replica: replica.into(),
+            s3_credentials: S3Credentials::from_lookup(env),
+        }
+    }
 }
 
 pub enum AnyExporter {
@@ -48,7 +62,6 @@ impl AnyExporter {
             }
             ExporterConfig::S3(s3) => AnyExporter::S3(S3Exporter::new(S3Settings {
                 config: s3.clone(),
-                format: context.s3_format,
                 replica: context.replica,
                 credentials: context.s3_credentials,
             })?),
@@ -82,5 +95,32 @@ impl Exporter for AnyExporter {
             AnyExporter::Postgres(exporter) => exporter.health().await,
             AnyExporter::S3(exporter) => exporter.health().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_context_takes_the_static_aws_credentials_from_the_lookup() {
+        let env = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIDEXAMPLE".to_owned()),
+            "AWS_SECRET_ACCESS_KEY" => Some("secret".to_owned()),
+            _ => None,
+        };
+        let context = ExportContext::from_lookup("gpuid-0", env);
+        assert_eq!(context.replica, "gpuid-0");
+        let credentials = context
+            .s3_credentials
+            .unwrap_or_else(|| panic!("no credentials"));
+        assert_eq!(credentials.access_key_id, "AKIDEXAMPLE");
+        assert_eq!(credentials.secret_access_key.expose(), "secret");
+        assert!(credentials.session_token.is_none());
+        assert!(
+            ExportContext::from_lookup("gpuid-0", |_| None)
+                .s3_credentials
+                .is_none()
+        );
     }
 }

@@ -25,7 +25,10 @@
 //! presigner with no TLS or runtime of its own: it builds in seconds,
 //! whereas `aws-sdk-s3` costs about a minute of build time on this machine
 //! and its current release needs a newer Rust than the workspace's 1.89.
-//! PostgreSQL goes through `tokio-postgres` with a `deadpool-postgres` pool.
+//! PostgreSQL goes through `tokio-postgres` with a `deadpool-postgres` pool;
+//! TLS through `tokio-postgres-rustls` on the same rustls/ring stack, with
+//! libpq's sslmode semantics built in `postgres::tls` (tokio-postgres alone
+//! has no certificate checks and only three of the six modes).
 
 mod any;
 mod batch;
@@ -45,7 +48,7 @@ pub use batch::Batch;
 pub use error::{ExportError, FailureClass, classify_status, parse_retry_after};
 pub use http::HttpExporter;
 pub use pipeline::{ExportPipeline, PipelineConfig, PipelineStats, ShutdownReport, SubmitError};
-pub use postgres::{MIGRATIONS, PostgresExporter, PostgresNames};
+pub use postgres::{MIGRATIONS, PostgresExporter, PostgresNames, SessionSecurity};
 pub use retry::{RetryPolicy, backoff_delay};
 pub use s3::{S3Credentials, S3Exporter, S3Format, S3Settings, object_key, render_partition};
 pub use stdout::StdoutExporter;

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use super::retry::{RetryPolicy, backoff_delay};
 use super::{Batch, ExportError, Exporter, Health};
+use crate::config::{Config, ExportPipelineSettings};
 use crate::inventory::ChangeEvent;
 use crate::record::GpuRecord;
 
@@ -42,15 +43,34 @@ pub struct PipelineConfig {
     pub unhealthy_after_failures: u32,
 }
 
+/// The defaults are those of the `EXPORT_*` knobs.
 impl Default for PipelineConfig {
     fn default() -> PipelineConfig {
+        PipelineConfig::from(&ExportPipelineSettings::default())
+    }
+}
+
+impl From<&ExportPipelineSettings> for PipelineConfig {
+    fn from(settings: &ExportPipelineSettings) -> PipelineConfig {
         PipelineConfig {
-            max_batch_items: 500,
-            max_batch_age: Duration::from_secs(1),
-            max_queued_batches: 256,
-            retry: RetryPolicy::default(),
-            unhealthy_after_failures: 3,
+            max_batch_items: settings.batch_size,
+            max_batch_age: settings.batch_interval,
+            max_queued_batches: settings.queue_capacity,
+            retry: RetryPolicy {
+                initial_backoff: settings.backoff_initial,
+                max_backoff: settings.backoff_max,
+                max_attempts: settings.max_attempts,
+                max_retry_after: settings.retry_after_max,
+            },
+            unhealthy_after_failures: settings.unhealthy_after,
         }
+    }
+}
+
+impl PipelineConfig {
+    /// The pipeline configured by `EXPORT_*` (and their flags).
+    pub fn from_config(config: &Config) -> PipelineConfig {
+        PipelineConfig::from(&config.export_pipeline)
     }
 }
 

@@ -18,14 +18,10 @@ pub struct RetryPolicy {
     pub max_retry_after: Duration,
 }
 
+/// The defaults of the `EXPORT_*` retry knobs.
 impl Default for RetryPolicy {
     fn default() -> RetryPolicy {
-        RetryPolicy {
-            initial_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(60),
-            max_attempts: None,
-            max_retry_after: Duration::from_secs(300),
-        }
+        crate::export::PipelineConfig::default().retry
     }
 }
 

@@ -69,8 +69,8 @@ fn settings(endpoint: &str, bucket: &str, format: S3Format, replica: &str) -> S3
             partition_pattern: "year=%Y/month=%m/day=%d/hour=%H".to_owned(),
             endpoint: Some(endpoint.to_owned()),
             force_path_style: true,
+            format,
         },
-        format,
         replica: replica.to_owned(),
         credentials: Some(S3Credentials {
             access_key_id: "testing".to_owned(),
@@ -194,4 +194,184 @@ async fn a_missing_bucket_is_unhealthy_and_its_writes_are_permanent_failures() {
         .await
         .unwrap_err();
     assert!(error.is_permanent(), "{error}");
+}
+
+// ---- S3_FORMAT from the configuration to the object body ----
+
+/// The s3 exporter as the binary builds it: from environment variables.
+fn exporter_from_env(endpoint: &str, bucket: &str, format: &str) -> gpuid::export::AnyExporter {
+    let vars = [
+        ("CLUSTER_NAME", "prod"),
+        ("EXPORTER_TYPE", "s3"),
+        ("S3_BUCKET", bucket),
+        ("S3_ENDPOINT", endpoint),
+        ("S3_FORCE_PATH_STYLE", "true"),
+        ("S3_PREFIX", "/inventory/"),
+        ("S3_FORMAT", format),
+    ];
+    let config = gpuid::config::Config::from_lookup(
+        |name| {
+            vars.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        },
+        |path| std::fs::read_to_string(path),
+    )
+    .unwrap();
+    gpuid::export::AnyExporter::from_config(
+        &config.exporter,
+        gpuid::export::ExportContext {
+            replica: "gpuid-cfg".to_owned(),
+            s3_credentials: Some(S3Credentials {
+                access_key_id: "testing".to_owned(),
+                secret_access_key: Secret::new("testing"),
+                session_token: None,
+            }),
+        },
+    )
+    .unwrap()
+}
+
+/// RFC 4180 rows (quoted fields, doubled quotes, line breaks inside quotes).
+fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let mut row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    assert!(
+        field.is_empty() && row.is_empty(),
+        "the body ends with a line break"
+    );
+    rows
+}
+
+/// The CSV row a record must become: upstream's seven columns, then ours.
+fn expected_csv_row(record: &GpuRecord) -> Vec<String> {
+    let text = |value: &Option<String>| value.clone().unwrap_or_default();
+    let number = |value: Option<u32>| value.map(|n| n.to_string()).unwrap_or_default();
+    vec![
+        record.cluster.clone(),
+        record.node_name.clone(),
+        record.machine_id.clone(),
+        record.source_pod.clone(),
+        text(&record.gpu.chassis_serial),
+        record
+            .gpu
+            .serial
+            .clone()
+            .unwrap_or_else(|| record.gpu_key()),
+        record
+            .observed_at
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string(),
+        record.gpu_key(),
+        text(&record.gpu.uuid),
+        text(&record.gpu.serial),
+        text(&record.gpu.pci_bus_id),
+        text(&record.gpu.product_name),
+        number(record.gpu.module_id),
+        number(record.gpu.slot_number),
+        number(record.gpu.tray_index),
+        number(record.gpu.host_id),
+        record.node_uid.clone(),
+        text(&record.gpu.driver_version),
+    ]
+}
+
+#[tokio::test]
+async fn s3_format_csv_from_the_environment_writes_a_header_and_one_row_per_record() {
+    let endpoint = s3_endpoint();
+    let bucket = create_bucket(&endpoint).await;
+    let exporter = exporter_from_env(&endpoint, &bucket, "csv");
+    // GB200: shared board serials, chassis, slot, tray and module ids set.
+    let records =
+        crate::export_support::records("hardware/gb200.xml", "gb200-1", "2026-08-21T08:00:00Z");
+    let batch = batch(records.clone(), Vec::new());
+    exporter.export(&batch).await.unwrap();
+    let keys = list_keys(&endpoint, &bucket).await;
+    assert_eq!(
+        keys,
+        [format!(
+            "inventory/year=2026/month=08/day=21/hour=08/gpuid-cfg-{}-records.csv",
+            batch.id
+        )]
+    );
+    let (status, body) = call("GET", &format!("{endpoint}/{bucket}/{}", keys[0])).await;
+    assert_eq!(status, 200, "{body}");
+    let rows = parse_csv(&body);
+    assert_eq!(
+        rows[0],
+        [
+            "cluster",
+            "node",
+            "machine",
+            "source",
+            "chassis",
+            "gpu",
+            "time",
+            "gpu_key",
+            "uuid",
+            "serial",
+            "pci_bus_id",
+            "product_name",
+            "module_id",
+            "slot_number",
+            "tray_index",
+            "host_id",
+            "node_uid",
+            "driver_version"
+        ]
+    );
+    let expected: Vec<Vec<String>> = records.iter().map(expected_csv_row).collect();
+    assert_eq!(rows[1..], expected[..]);
+    assert_eq!(rows.len(), 5, "header plus the four GB200 GPUs");
+}
+
+#[tokio::test]
+async fn s3_format_ndjson_from_the_environment_writes_records_and_events_that_parse_back() {
+    let endpoint = s3_endpoint();
+    let bucket = create_bucket(&endpoint).await;
+    let exporter = exporter_from_env(&endpoint, &bucket, "NDJSON");
+    let (records, events) = h100_batch();
+    let batch = batch(records.clone(), events.clone());
+    exporter.export(&batch).await.unwrap();
+    let keys = list_keys(&endpoint, &bucket).await;
+    let prefix = "inventory/year=2026/month=08/day=21/hour=08/gpuid-cfg-";
+    assert_eq!(
+        keys,
+        [
+            format!("{prefix}{}-events.ndjson", batch.id),
+            format!("{prefix}{}-records.ndjson", batch.id),
+        ]
+    );
+    let (_, body) = call("GET", &format!("{endpoint}/{bucket}/{}", keys[1])).await;
+    let parsed: Vec<GpuRecord> = body
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(parsed, records);
+    let (_, body) = call("GET", &format!("{endpoint}/{bucket}/{}", keys[0])).await;
+    let parsed: Vec<gpuid::inventory::ChangeEvent> = body
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(parsed, events);
 }

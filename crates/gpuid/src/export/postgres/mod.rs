@@ -17,19 +17,21 @@
 
 mod migrations;
 mod rows;
+mod tls;
 
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::Mutex as AsyncMutex;
-use tokio_postgres::NoTls;
-use tokio_postgres::config::SslMode as PgSslMode;
 
 pub use migrations::MIGRATIONS;
 
 use super::any::BuildError;
 use super::{Batch, ExportError, Exporter, Health};
-use crate::config::{PostgresConnection, PostgresExporterConfig, PostgresTable, SslMode};
+use crate::config::{
+    PostgresConnection, PostgresExporterConfig, PostgresTable, SslMode, split_postgres_url,
+};
+use tls::{PgConnect, RootCertFile};
 
 const NAME: &str = "postgres";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -100,8 +102,20 @@ fn quote(identifier: &str) -> String {
     format!("\"{}\"", identifier.replace('"', "\"\""))
 }
 
+/// How the session to the server is protected, as the server sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSecurity {
+    /// `pg_stat_ssl.ssl` of this backend.
+    pub encrypted: bool,
+    /// For example `TLSv1.3`; `None` on a plain session.
+    pub tls_version: Option<String>,
+}
+
 pub struct PostgresExporter {
     pool: Pool,
+    sslmode: SslMode,
+    /// For the hint on certificate errors.
+    root_file: Option<RootCertFile>,
     names: PostgresNames,
     auto_migrate: bool,
     upsert_sql: String,
@@ -112,12 +126,17 @@ pub struct PostgresExporter {
 impl PostgresExporter {
     /// Validates the settings and prepares a pool; does not connect.
     pub fn new(config: &PostgresExporterConfig) -> Result<PostgresExporter, BuildError> {
-        let mut pg_config = pg_config(&config.connection)?;
+        let (mut pg_config, sslmode, root_file) = pg_config(&config.connection)?;
         pg_config.connect_timeout(CONNECT_TIMEOUT);
         pg_config.application_name("gpuid");
-        let manager = Manager::from_config(
+        let connect =
+            PgConnect::new(sslmode, root_file.as_ref()).map_err(|problem| BuildError::Invalid {
+                exporter: NAME,
+                problem,
+            })?;
+        let manager = Manager::from_connect(
             pg_config,
-            NoTls,
+            connect,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -136,6 +155,8 @@ impl PostgresExporter {
         let names = PostgresNames::new(&config.table)?;
         Ok(PostgresExporter {
             pool,
+            sslmode,
+            root_file,
             upsert_sql: rows::batch_statement(&names),
             names,
             auto_migrate: config.auto_migrate,
@@ -147,11 +168,43 @@ impl PostgresExporter {
         &self.names
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object, ExportError> {
-        self.pool
-            .get()
+    /// The effective sslmode (a URL without one gets libpq's `prefer`).
+    pub fn sslmode(&self) -> SslMode {
+        self.sslmode
+    }
+
+    /// Whether the pooled session is encrypted, from the server's side
+    /// (`pg_stat_ssl`); logged at start-up and used by the TLS tests.
+    pub async fn session_security(&self) -> Result<SessionSecurity, ExportError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
             .await
-            .map_err(|error| ExportError::transient(NAME, format!("connecting: {error}")))
+            .map_err(|e| classify(e, "reading pg_stat_ssl"))?;
+        Ok(SessionSecurity {
+            encrypted: row.get(0),
+            tls_version: row.get(1),
+        })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, ExportError> {
+        self.pool.get().await.map_err(|error| {
+            // deadpool's message hides the cause ("error performing TLS
+            // handshake"); the chain says which check failed.
+            let mut message = error_chain(&error);
+            if let Some(hint) =
+                tls::certificate_hint(self.sslmode, self.root_file.as_ref(), &message)
+            {
+                message = format!("{message} ({hint})");
+            }
+            ExportError::transient(
+                NAME,
+                format!("connecting (sslmode={}): {message}", self.sslmode.as_str()),
+            )
+        })
     }
 
     /// Applies pending migrations (auto-migrate) or checks they were
@@ -180,6 +233,19 @@ impl PostgresExporter {
             }
         }
         *migrated = true;
+        drop(client);
+        drop(migrated);
+        // Once per process: operators see whether the session is encrypted.
+        match self.session_security().await {
+            Ok(session) => tracing::info!(
+                table = %self.names.view,
+                sslmode = self.sslmode.as_str(),
+                encrypted = session.encrypted,
+                tls_version = session.tls_version.as_deref().unwrap_or("none"),
+                "PostgreSQL exporter connected"
+            ),
+            Err(error) => tracing::debug!(%error, "could not read pg_stat_ssl"),
+        }
         Ok(())
     }
 
@@ -313,20 +379,34 @@ impl Exporter for PostgresExporter {
     }
 }
 
-fn pg_config(connection: &PostgresConnection) -> Result<tokio_postgres::Config, BuildError> {
+/// The client configuration without TLS settings (the connector applies
+/// them), the sslmode and the root-certificate file.
+fn pg_config(
+    connection: &PostgresConnection,
+) -> Result<(tokio_postgres::Config, SslMode, Option<RootCertFile>), BuildError> {
     let invalid = |problem: String| BuildError::Invalid {
         exporter: NAME,
         problem,
     };
-    let config = match connection {
-        PostgresConnection::Dsn(dsn) => dsn
-            .expose()
-            .trim()
-            .parse::<tokio_postgres::Config>()
-            // The parser's message may quote the URL, which holds the password.
-            .map_err(|_| {
-                invalid("POSTGRES_DSN is not a URL the PostgreSQL client accepts".to_owned())
-            })?,
+    match connection {
+        PostgresConnection::Dsn(dsn) => {
+            let parts = split_postgres_url(dsn.expose())
+                .map_err(|problem| invalid(format!("POSTGRES_DSN: {problem}")))?;
+            let config = parts
+                .url
+                .expose()
+                .parse::<tokio_postgres::Config>()
+                // The parser's message may quote the URL, which holds the password.
+                .map_err(|_| {
+                    invalid("POSTGRES_DSN is not a URL the PostgreSQL client accepts".to_owned())
+                })?;
+            let root = parts.sslrootcert.map(|path| RootCertFile {
+                path,
+                source: "sslrootcert in POSTGRES_DSN",
+            });
+            // libpq's default when the URL does not say.
+            Ok((config, parts.sslmode.unwrap_or(SslMode::Prefer), root))
+        }
         PostgresConnection::Params {
             host,
             port,
@@ -334,6 +414,7 @@ fn pg_config(connection: &PostgresConnection) -> Result<tokio_postgres::Config, 
             user,
             password,
             sslmode,
+            sslrootcert,
         } => {
             let mut config = tokio_postgres::Config::new();
             config
@@ -341,23 +422,28 @@ fn pg_config(connection: &PostgresConnection) -> Result<tokio_postgres::Config, 
                 .port(*port)
                 .dbname(dbname)
                 .user(user)
-                .password(password.expose())
-                .ssl_mode(match sslmode {
-                    SslMode::Disable => PgSslMode::Disable,
-                    SslMode::Allow | SslMode::Prefer => PgSslMode::Prefer,
-                    SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
-                        PgSslMode::Require
-                    }
-                });
-            config
+                .password(password.expose());
+            let root = sslrootcert.as_ref().map(|path| RootCertFile {
+                path: path.clone(),
+                source: "POSTGRES_SSLROOTCERT",
+            });
+            Ok((config, *sslmode, root))
         }
-    };
-    if config.get_ssl_mode() == PgSslMode::Require {
-        return Err(invalid(
-            "TLS to PostgreSQL is not supported by this build: set POSTGRES_SSLMODE=disable or prefer (or sslmode=disable in POSTGRES_DSN) and reach the database over a trusted network or a TLS sidecar".to_owned(),
-        ));
     }
-    Ok(config)
+}
+
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
 }
 
 /// Connection problems, resource shortages, operator intervention,

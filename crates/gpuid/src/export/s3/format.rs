@@ -6,15 +6,7 @@ use jiff::tz::TimeZone;
 use crate::inventory::ChangeEvent;
 use crate::record::GpuRecord;
 
-/// Body format of S3 objects (`S3_FORMAT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum S3Format {
-    /// CSV with a header row; upstream wrote CSV without one.
-    #[default]
-    Csv,
-    /// One JSON object per line, every field.
-    Ndjson,
-}
+pub use crate::config::S3Format;
 
 /// Upstream's columns, in upstream's order, then the identity upstream
 /// discarded. `gpu` is the board serial, or the GPU key when the board has
@@ -51,22 +43,9 @@ pub const EVENT_COLUMNS: &[&str] = &[
     "node_after",
 ];
 
+// The enum lives with the configuration (`S3_FORMAT`); how each format is
+// written lives here, next to the keys.
 impl S3Format {
-    pub fn parse(raw: &str) -> Option<S3Format> {
-        match raw.trim().to_ascii_lowercase().as_str() {
-            "csv" => Some(S3Format::Csv),
-            "ndjson" | "jsonl" => Some(S3Format::Ndjson),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            S3Format::Csv => "csv",
-            S3Format::Ndjson => "ndjson",
-        }
-    }
-
     pub fn extension(self) -> &'static str {
         self.as_str()
     }

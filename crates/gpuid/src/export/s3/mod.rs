@@ -42,8 +42,8 @@ const SIGNATURE_LIFETIME: Duration = Duration::from_secs(300);
 /// Everything the s3 exporter needs beyond `S3ExporterConfig`.
 #[derive(Debug, Clone)]
 pub struct S3Settings {
+    /// Includes the body format (`S3_FORMAT`).
     pub config: S3ExporterConfig,
-    pub format: S3Format,
     /// This replica's identity (pod name), part of every key.
     pub replica: String,
     /// `None` sends unsigned requests (anonymous buckets, test servers).
@@ -126,7 +126,7 @@ impl S3Exporter {
             credentials,
             prefix: config.prefix.clone(),
             partition_pattern: config.partition_pattern.clone(),
-            format: settings.format,
+            format: config.format,
             replica,
         })
     }
