@@ -10,6 +10,11 @@
 //! - a Node matching several groups, or bound twice, is a conflict.
 //!
 //! The output is sorted, so it is the same for any order of the input lists.
+//!
+//! [`allocate`] plans from scratch and is the reference semantics.
+//! [`Allocator`] keeps the input and the plan and updates both per change
+//! (a Node event, a bound slot, the group list), re-classifying only what the
+//! change touches; its plan always equals `allocate` over its input.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -187,7 +192,10 @@ pub struct PendingNode {
     pub group: Arc<GroupKey>,
 }
 
-/// How much work one allocation did (for metrics and scale tests).
+/// How much work a full allocation of the input does (for metrics and scale
+/// tests). An [`Allocator`]'s plan carries the same counters as `allocate`
+/// would for its input; what an incremental update itself did is its
+/// [`UpdateWork`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkCounters {
     pub groups: usize,
@@ -332,26 +340,22 @@ impl CompiledGroup<'_> {
     }
 }
 
-/// Plans the allocation. See the module documentation for the rules.
-pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> {
-    let mut work = WorkCounters {
-        groups: input.groups.len(),
-        nodes: input.nodes.len(),
-        ..Default::default()
-    };
-
-    // Groups, sorted by key so every later step visits them in one order.
-    let mut group_inputs: Vec<&GroupInput> = input.groups.iter().collect();
-    group_inputs.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut groups: Vec<CompiledGroup<'_>> = Vec::with_capacity(group_inputs.len());
-    for group in group_inputs {
+/// The groups sorted by key, each checked and its selector compiled, or the
+/// first error in key order. `allocate` and `Allocator` both start here.
+fn compile_groups(
+    groups: &[GroupInput],
+) -> Result<Vec<(&GroupInput, PlacementSelector)>, AllocationError> {
+    let mut sorted: Vec<&GroupInput> = groups.iter().collect();
+    sorted.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut compiled: Vec<(&GroupInput, PlacementSelector)> = Vec::with_capacity(sorted.len());
+    for group in sorted {
         let key = &group.key;
         if key.inventory_name.is_empty() || key.inventory_uid.is_empty() || key.group.is_empty() {
             return Err(AllocationError::GroupIdentityMissing(key.clone()));
         }
-        if groups
+        if compiled
             .last()
-            .is_some_and(|previous| previous.input.key == *key)
+            .is_some_and(|(previous, _)| previous.key == *key)
         {
             return Err(AllocationError::DuplicateGroup(key.clone()));
         }
@@ -364,15 +368,65 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
                 source,
             }
         })?;
-        groups.push(CompiledGroup {
+        compiled.push((group, selector));
+    }
+    Ok(compiled)
+}
+
+/// A Node needs a name and a UID.
+fn check_node(node: &NodeInput) -> Result<(), AllocationError> {
+    if node.name.is_empty() || node.uid.is_empty() {
+        return Err(AllocationError::NodeIdentityMissing(node.name.clone()));
+    }
+    Ok(())
+}
+
+/// A binding needs a full identity and a non-negative coordinate (checked
+/// in that order).
+fn check_binding(binding: &Binding) -> Result<(), AllocationError> {
+    let group = &binding.group;
+    if binding.node.name.is_empty()
+        || binding.node.uid.is_empty()
+        || group.inventory_name.is_empty()
+        || group.inventory_uid.is_empty()
+        || group.group.is_empty()
+    {
+        return Err(AllocationError::BindingIdentityMissing {
+            group: group.group.clone(),
+            rack_index: binding.rack_index,
+            node_index: binding.node_index,
+        });
+    }
+    if binding.rack_index < 0 || binding.node_index < 0 {
+        return Err(AllocationError::NegativeCoordinate {
+            group: group.group.clone(),
+            rack_index: binding.rack_index,
+            node_index: binding.node_index,
+        });
+    }
+    Ok(())
+}
+
+/// Plans the allocation. See the module documentation for the rules.
+pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> {
+    let mut work = WorkCounters {
+        groups: input.groups.len(),
+        nodes: input.nodes.len(),
+        ..Default::default()
+    };
+
+    // Groups, sorted by key so every later step visits them in one order.
+    let mut groups: Vec<CompiledGroup<'_>> = compile_groups(&input.groups)?
+        .into_iter()
+        .map(|(group, selector)| CompiledGroup {
             input: group,
             key: Arc::new(group.key.clone()),
             selector,
             occupied: OccupiedSlots::for_capacity(group.racks as u64 * group.nodes_per_rack as u64),
             cursor: 0,
             capacity: group.racks as u64 * group.nodes_per_rack as u64,
-        });
-    }
+        })
+        .collect();
     let group_index: HashMap<&GroupKey, usize, FastHash> = groups
         .iter()
         .enumerate()
@@ -384,9 +438,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         HashMap::with_capacity_and_hasher(input.nodes.len(), FastHash::default());
     let mut eligible: Vec<bool> = Vec::with_capacity(input.nodes.len());
     for (index, node) in input.nodes.iter().enumerate() {
-        if node.name.is_empty() || node.uid.is_empty() {
-            return Err(AllocationError::NodeIdentityMissing(node.name.clone()));
-        }
+        check_node(node)?;
         if nodes_by_uid.insert(node.uid.as_str(), index).is_some() {
             return Err(AllocationError::DuplicateNodeUid(node.uid.clone()));
         }
@@ -403,25 +455,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
     let mut previous: Option<&Binding> = None;
     for binding in &bindings {
         let group = &binding.group;
-        if binding.node.name.is_empty()
-            || binding.node.uid.is_empty()
-            || group.inventory_name.is_empty()
-            || group.inventory_uid.is_empty()
-            || group.group.is_empty()
-        {
-            return Err(AllocationError::BindingIdentityMissing {
-                group: group.group.clone(),
-                rack_index: binding.rack_index,
-                node_index: binding.node_index,
-            });
-        }
-        if binding.rack_index < 0 || binding.node_index < 0 {
-            return Err(AllocationError::NegativeCoordinate {
-                group: group.group.clone(),
-                rack_index: binding.rack_index,
-                node_index: binding.node_index,
-            });
-        }
+        check_binding(binding)?;
         let duplicate = previous.is_some_and(|previous| {
             previous.rack_index == binding.rack_index
                 && previous.node_index == binding.node_index
@@ -714,6 +748,9 @@ impl std::hash::Hasher for Fnv {
 }
 
 type FastHash = BuildHasherDefault<Fnv>;
+
+mod incremental;
+pub use incremental::{Allocator, Change, UpdateWork};
 
 #[cfg(test)]
 mod equivalence;
