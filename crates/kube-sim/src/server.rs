@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -135,6 +136,15 @@ impl KubeSimBuilder {
         *state.server_address.write() = local.to_string();
         let shutdown = store.shutdown.clone();
         let serve_app = app.clone();
+        // Nagle's algorithm holds back the small frames of exec streams and
+        // watch events until the peer ACKs, and clients delay ACKs by up to
+        // 40 ms: kube-apiserver (Go) disables it on every connection, and so
+        // does kube-sim.
+        let listener = listener.tap_io(|stream| {
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY on a kube-sim connection");
+            }
+        });
         let server = tokio::spawn(async move {
             let result = axum::serve(listener, serve_app)
                 .with_graceful_shutdown(async move { shutdown.cancelled().await })
