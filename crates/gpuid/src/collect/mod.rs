@@ -15,10 +15,15 @@
 //! * State is durable on the Node (`<prefix>/inventory-hash`, `exported-at`,
 //!   `inventory`), so restarts and leader changes re-export nothing that is
 //!   unchanged; a heartbeat re-exports unchanged inventories.
+//! * Kubernetes Events for what an operator can act on: a failed,
+//!   oversized or malformed nvidia-smi (Warning on the pod) and a changed
+//!   node inventory (Normal on the Node).
+//! * API requests are throttled by `QPS`/`BURST` ([`client`]).
 //! * Pure parts: [`node_state`] (labels, patch, export decision), [`pod`]
 //!   (which pods are collectable), [`settings`].
 
 pub mod ack;
+pub mod client;
 pub mod collector;
 pub mod exec;
 pub mod metrics;
@@ -29,6 +34,7 @@ pub mod serve;
 pub mod settings;
 pub mod sink;
 
+pub use client::{RateLimitLayer, TokenBucket, rate_limited_client};
 pub use collector::{CollectError, Collector, node_identity};
 pub use exec::{ExecError, NVIDIA_SMI_ARGV};
 pub use metrics::{CollectorMetrics, PodResult};
