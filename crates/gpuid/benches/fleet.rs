@@ -38,6 +38,8 @@ use tokio_util::sync::CancellationToken;
 
 const NAMESPACE: &str = "gpu-operator";
 const CONTAINER: &str = "nvidia-device-plugin";
+/// The simulated exec latency (`FLEET_EXEC_MS` overrides it, to see the
+/// collector's own cost per pod with 0).
 const LATENCY: Duration = Duration::from_millis(20);
 const WORKERS: usize = 16;
 /// Concurrent requests while building the fleet.
@@ -132,7 +134,18 @@ async fn build_fleet(client: kube::Client, count: usize) {
         .expect("building the fleet");
 }
 
+fn exec_latency() -> Duration {
+    match std::env::var("FLEET_EXEC_MS") {
+        Ok(raw) => Duration::from_millis(
+            raw.parse()
+                .unwrap_or_else(|_| panic!("FLEET_EXEC_MS={raw:?} is not a number")),
+        ),
+        Err(_) => LATENCY,
+    }
+}
+
 async fn run(count: usize) {
+    let latency = exec_latency();
     let url = std::env::var("GPUFLEET_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let schema = format!("gpuid_fleet_{}", uuid::Uuid::new_v4().simple());
@@ -164,7 +177,7 @@ async fn run(count: usize) {
         let node = request.node_name().unwrap_or_default().to_owned();
         let xml = template.replace("<uuid>GPU-", &format!("<uuid>GPU-{node}-"));
         async move {
-            tokio::time::sleep(LATENCY).await;
+            tokio::time::sleep(latency).await;
             ExecOutput::stdout(xml)
         }
     };
@@ -207,6 +220,7 @@ async fn run(count: usize) {
         controller_kit::MetricsRegistry::new(),
     )
     .expect("collector");
+    let registry = collector.registry.clone();
     let shutdown = CancellationToken::new();
     let gpus = (count * GPUS_PER_NODE) as i64;
     let count_sql = format!("SELECT count(*), count(DISTINCT gpu_uuid) FROM {inventory}");
@@ -230,6 +244,22 @@ async fn run(count: usize) {
     };
     let elapsed = started.elapsed();
     let peak = mib(status_kib("VmHWM:"));
+    // Where the time went: exec + parse per pod, from the collector's histogram.
+    if let Ok(text) = registry.encode() {
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+        };
+        if let (Some(sum), Some(n)) = (
+            value("gpuid_collection_duration_seconds_sum"),
+            value("gpuid_collection_duration_seconds_count"),
+        ) {
+            eprintln!(
+                "exec + parse: {n} pods, mean {:.1} ms",
+                1000.0 * sum / n.max(1.0)
+            );
+        }
+    }
     shutdown.cancel();
     let _ = task.await;
     pipeline.shutdown(Duration::from_secs(10)).await;
@@ -261,9 +291,10 @@ async fn run(count: usize) {
         .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
         .await;
 
-    let bound = LATENCY.as_secs_f64() * count as f64 / WORKERS as f64;
+    let bound = latency.as_secs_f64() * count as f64 / WORKERS as f64;
     println!(
-        "| fleet collect to PostgreSQL | {count} pods, 20 ms exec, {WORKERS} workers | {:.2} s to {gpus} rows = {gpus} distinct UUIDs | bound {bound:.1} s | peak RSS {peak:.0} MiB ({rss_before:.0} MiB before the collector started; kube-sim in process) | setup {:.1} s |",
+        "| fleet collect to PostgreSQL | {count} pods, {} ms exec, {WORKERS} workers | {:.2} s to {gpus} rows = {gpus} distinct UUIDs | bound {bound:.1} s | peak RSS {peak:.0} MiB ({rss_before:.0} MiB before the collector started; kube-sim in process) | setup {:.1} s |",
+        latency.as_millis(),
         elapsed.as_secs_f64(),
         setup_time.as_secs_f64(),
     );

@@ -417,7 +417,22 @@ impl Collector {
         node_name: &str,
     ) -> Result<PodResult, CollectError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = match nodes.get_opt(node_name).await {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let started = Instant::now();
+        // The Node read and the exec do not depend on each other; together
+        // they cost one round trip less per pod (an exec for a Node that
+        // turns out to be gone is wasted, which is rare).
+        let (node, output) = tokio::join!(
+            nodes.get_opt(node_name),
+            run_nvidia_smi(
+                &pods,
+                name,
+                &self.settings.container,
+                self.settings.timeout,
+                self.settings.output_limit,
+            )
+        );
+        let node = match node {
             Ok(Some(node)) => node,
             Ok(None) => return Ok(PodResult::Skipped),
             Err(source) => {
@@ -427,16 +442,7 @@ impl Collector {
                 });
             }
         };
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let started = Instant::now();
-        let output = run_nvidia_smi(
-            &pods,
-            name,
-            &self.settings.container,
-            self.settings.timeout,
-            self.settings.output_limit,
-        )
-        .await?;
+        let output = output?;
         let limits = Limits {
             max_input_bytes: self.settings.output_limit,
             ..Limits::DEFAULT
@@ -493,8 +499,18 @@ impl Collector {
                     message: error.to_string(),
                 })?;
             // Everything accepted so far, ours included, must settle first.
+            // The labels go in the same patch as the export record: one Node
+            // write per change, off the worker's path, and labels that never
+            // run ahead of what the backend has.
             let position = accepted(&self.sink.stats());
-            let patch = export_patch(&self.settings.label_prefix, hash, now, &records);
+            let update = NodeUpdate {
+                record_export: Some((hash, now)),
+                records,
+            };
+            let patch = node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
+                .unwrap_or_else(|| {
+                    export_patch(&self.settings.label_prefix, hash, now, &update.records)
+                });
             let mut memory = self.memory.lock();
             if memory.holds_removals_of(node_name) {
                 // Recorded only once its held removals are exported too, so
@@ -510,34 +526,41 @@ impl Collector {
                     self.acks.push(position, node, patch);
                 }
             }
+        } else {
+            let update = NodeUpdate {
+                record_export: None,
+                records,
+            };
+            if let Some(patch) =
+                node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
+            {
+                nodes
+                    .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|source| CollectError::NodePatch {
+                        node: node_name.to_owned(),
+                        source,
+                    })?;
+            }
         }
         if let Some(text) = change_note {
             // A fresh recorder: kube's Recorder folds every later event with
             // the same reason on the same object into a series that keeps
-            // the first note, and each change needs its own note.
-            EventSink::new(self.client.clone(), "gpuid", None)
-                .publish_or_log(
-                    &node.object_ref(&()),
+            // the first note, and each change needs its own note. Sent in
+            // the background: an Event is best effort and must not slow
+            // collection.
+            let sink = EventSink::new(self.client.clone(), "gpuid", None);
+            let regarding = node.object_ref(&());
+            tokio::spawn(async move {
+                sink.publish_or_log(
+                    &regarding,
                     EventType::Normal,
                     "GpuInventoryChanged",
                     "Collect",
                     Some(note(text)),
                 )
                 .await;
-        }
-        let update = NodeUpdate {
-            record_export: None,
-            records,
-        };
-        if let Some(patch) = node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
-        {
-            nodes
-                .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| CollectError::NodePatch {
-                    node: node_name.to_owned(),
-                    source,
-                })?;
+            });
         }
         Ok(if exported {
             PodResult::Exported

@@ -355,7 +355,12 @@ async fn failed_execs_bad_captures_and_inventory_changes_are_kubernetes_events()
     assert!(note.contains("8 added"), "{note}");
     assert!(note.contains("8 GPUs"), "{note}");
 
-    // A change of the inventory is one more event on the node.
+    // A change of the inventory is one more event on the node (once the
+    // first export is recorded on the Node, so it is compared with that).
+    eventually("the first export to be recorded", || async {
+        fleet.annotation("good", "inventory-hash").await
+    })
+    .await;
     fleet.answer(
         "good",
         Answer::Xml(without_last_gpu(&capture("hardware/h100.xml", "ev"))),
