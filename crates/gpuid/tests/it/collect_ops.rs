@@ -441,3 +441,95 @@ async fn gpus_that_moved_while_no_collector_ran_are_one_gpu_moved_event_each() {
     }
     second.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_down_at_start_keeps_readyz_unready_until_it_answers_then_every_row_arrives() {
+    use gpuid::config::{PostgresConnection, PostgresExporterConfig, PostgresTable, Secret};
+    use gpuid::export::PostgresExporter;
+
+    let db = crate::export_support::postgres_client().await;
+    let url = crate::export_support::postgres_url();
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let proxy = crate::export_support::CuttableProxy::start(upstream).await;
+    proxy.cut();
+    // The same database, reached through the proxy (a closed port for now).
+    let through_proxy = format!(
+        "postgres://{}{}@{}/{}",
+        config.get_user().unwrap_or("postgres"),
+        config
+            .get_password()
+            .map(|password| format!(":{}", String::from_utf8_lossy(password)))
+            .unwrap_or_default(),
+        proxy.addr,
+        config.get_dbname().unwrap_or("postgres"),
+    );
+    let schema = crate::export_support::fresh_schema("collect_down");
+    let exporter = PostgresExporter::new(&PostgresExporterConfig {
+        connection: PostgresConnection::Dsn(Secret::new(through_proxy)),
+        table: PostgresTable {
+            schema: Some(schema.clone()),
+            name: "gpu".to_owned(),
+        },
+        auto_migrate: true,
+    })
+    .unwrap();
+    let fleet = Fleet::start().await;
+    for (node, fixture) in [
+        ("pg-h100", "hardware/h100.xml"),
+        ("pg-a100", "hardware/a100.xml"),
+    ] {
+        fleet.add_node(node).await;
+        fleet.answer(node, Answer::Xml(capture(fixture, node)));
+        fleet.add_plugin_pod(&format!("plugin-{node}"), node).await;
+    }
+    let pipeline = ExportPipeline::start(exporter, quick_batches());
+    let replica = Replica::start_with_sink(
+        &fleet,
+        settings(2),
+        Election::Disabled,
+        Arc::new(pipeline),
+        Buffer::default(),
+    )
+    .await;
+    let reason = eventually("/readyz to report the database", || async {
+        let (status, body) = replica.readyz().await;
+        (status == 503 && body.contains("exporter unhealthy")).then_some(body)
+    })
+    .await;
+    assert!(reason.contains("exporter unhealthy (postgres)"), "{reason}");
+    assert!(reason.contains("connecting"), "{reason}");
+    eventually(
+        "both pods to be collected while the database is down",
+        || async { (replica.runtime_metrics.pods_with(PodResult::Exported) == 2).then_some(()) },
+    )
+    .await;
+
+    proxy.restore().await;
+    eventually("/readyz to recover", || async {
+        (replica.readyz().await.0 == 200).then_some(())
+    })
+    .await;
+    let rows = eventually("every row", || async {
+        let row = db
+            .query_one(
+                &format!(
+                    "SELECT count(*), count(DISTINCT gpu_uuid) FROM \"{schema}\".gpu_inventory"
+                ),
+                &[],
+            )
+            .await
+            .ok()?;
+        let counts: (i64, i64) = (row.get(0), row.get(1));
+        (counts.0 >= 9).then_some(counts)
+    })
+    .await;
+    assert_eq!(rows, (9, 9));
+    assert_eq!(fleet.execs_on("pg-h100"), 1, "no exec repeated");
+    assert_eq!(fleet.execs_on("pg-a100"), 1, "no exec repeated");
+    replica.stop().await;
+    let _ = db
+        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await;
+}
