@@ -19,6 +19,13 @@
 //!   oversized or malformed nvidia-smi (Warning on the pod) and a changed
 //!   node inventory (Normal on the Node).
 //! * API requests are throttled by `QPS`/`BURST` ([`client`]).
+//! * Moves while no collector ran: before the first pod, the inventories
+//!   stored on all Nodes are read (one paged list) to seed move detection,
+//!   and during the first sweep over the cached pods a GPU that left a node
+//!   is held back until the sweep ends, so a GPU found on another node in
+//!   that sweep is one `gpu_moved` (whichever node is collected first).
+//!   That node's export record waits for its held removals, so a crash in
+//!   between reports them again.
 //! * Pure parts: [`node_state`] (labels, patch, export decision), [`pod`]
 //!   (which pods are collectable), [`settings`].
 
