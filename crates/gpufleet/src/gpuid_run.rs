@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
+use gpuid::collect::settings::check_collector_knobs;
 use gpuid::collect::{COLLECTOR_KNOBS, CollectorSettings};
 use gpuid::config::{Config, KNOBS, Knob};
 
@@ -83,6 +84,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let mut problems: Vec<String> = Vec::new();
     if let Err(errors) = &config {
         problems.extend(errors.errors.iter().map(ToString::to_string));
+        // The collector's knobs too, so one run lists every problem.
+        problems.extend(
+            check_collector_knobs(&args.flags, env)
+                .iter()
+                .map(ToString::to_string),
+        );
     }
     if let Some(Err(errors)) = &settings {
         problems.extend(errors.iter().map(ToString::to_string));

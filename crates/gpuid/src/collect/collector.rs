@@ -1,16 +1,19 @@
 //! Processing one device-plugin pod: exec, parse, compare with the Node's
 //! stored state, hand changes to the export pipeline, patch the Node.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use controller_kit::{Action, CachedStore};
+use controller_kit::{Action, CachedStore, EventSink};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, Resource};
 use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use super::ack::{ExportAcks, accepted};
@@ -22,7 +25,7 @@ use super::node_state::{
 use super::pod::{NotReady, collectable};
 use super::settings::CollectorSettings;
 use super::sink::RecordSink;
-use crate::inventory::{ChangeEvent, diff, inventory_hash};
+use crate::inventory::{ChangeEvent, ChangeKind, diff, inventory_hash};
 use crate::record::{GpuRecord, NodeIdentity, Observation, RecordError, records_from_report};
 use crate::smi::{Limits, ParseError, parse_with_limits};
 
@@ -74,6 +77,79 @@ impl CollectError {
     }
 }
 
+impl CollectError {
+    /// The reason of the Kubernetes Event on the pod, for the failures a
+    /// user can act on (the device plugin or its nvidia-smi); API and
+    /// pipeline errors are the collector's own and only logged and counted.
+    pub fn event_reason(&self) -> Option<&'static str> {
+        match self {
+            CollectError::Exec(ExecError::OutputTooLarge { .. }) => Some("NvidiaSmiOutputTooLarge"),
+            CollectError::Exec(_) => Some("NvidiaSmiFailed"),
+            CollectError::Parse { .. } | CollectError::Record { .. } => {
+                Some("NvidiaSmiOutputMalformed")
+            }
+            CollectError::NodeRead { .. }
+            | CollectError::NodePatch { .. }
+            | CollectError::Submit { .. } => None,
+        }
+    }
+}
+
+/// The events API caps a note at 1 KiB.
+const NOTE_MAX: usize = 1000;
+
+fn note(text: String) -> String {
+    if text.len() <= NOTE_MAX {
+        return text;
+    }
+    let mut end = NOTE_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// One line per inventory change: counts by kind and the new GPU count.
+fn change_note(events: &[ChangeEvent], node: &str, gpus: usize) -> String {
+    let count = |kind: ChangeKind| events.iter().filter(|e| e.kind == kind).count();
+    let moved_here = events
+        .iter()
+        .filter(|e| e.kind == ChangeKind::GpuMoved)
+        .filter(|e| e.after.as_ref().is_some_and(|r| r.node_name == node))
+        .count();
+    let changed = count(ChangeKind::GpuChanged);
+    format!(
+        "GPU inventory changed: {} added, {} removed, {moved_here} moved here, {changed} changed; {gpus} GPUs now",
+        count(ChangeKind::GpuAdded),
+        count(ChangeKind::GpuRemoved),
+    )
+}
+
+/// A GPU that left a node during the first sweep after start and has not
+/// been seen elsewhere yet: its removal waits for the sweep to finish, so
+/// that a GPU moved while no collector ran becomes one `gpu_moved`.
+struct HeldRemoval {
+    node: String,
+    record: GpuRecord,
+    event: ChangeEvent,
+}
+
+/// What one collection changed.
+struct Changes {
+    /// Events to export now (held removals left out).
+    events: Vec<ChangeEvent>,
+    /// Nodes whose held removals this collection claimed as moves.
+    released: Vec<String>,
+    /// The note of the node's Kubernetes Event, when something changed.
+    note: Option<String>,
+}
+
+/// The first pass over the pods cached at start.
+enum Sweep {
+    Running(HashSet<String>),
+    Done,
+}
+
 /// Last successful collection of a pod.
 struct Collected {
     uid: String,
@@ -85,8 +161,20 @@ struct Collected {
 struct Memory {
     /// Pod key → last collection (skip re-collection on every status update).
     collected: HashMap<String, Collected>,
-    /// GPU key → the node it was last seen on and its record (move detection).
+    /// GPU key → the node it was last seen on and its record (move
+    /// detection); seeded from the Nodes' stored inventories at start.
     gpus: HashMap<String, (String, GpuRecord)>,
+    /// GPU key → its removal held during the first sweep.
+    held: HashMap<String, HeldRemoval>,
+    /// Node → its export patch, waiting until its held removals are exported.
+    held_acks: HashMap<String, Value>,
+    sweep: Option<Sweep>,
+}
+
+impl Memory {
+    fn holds_removals_of(&self, node: &str) -> bool {
+        self.held.values().any(|held| held.node == node)
+    }
 }
 
 /// The per-pod reconciler. Cheap to share; all state is behind one lock
@@ -98,7 +186,10 @@ pub struct Collector {
     sink: Arc<dyn RecordSink>,
     metrics: CollectorMetrics,
     acks: ExportAcks,
+    events: EventSink,
     memory: Mutex<Memory>,
+    /// Set once the first reconcile seeded the memory and began the sweep.
+    started: OnceCell<()>,
 }
 
 impl Collector {
@@ -112,12 +203,14 @@ impl Collector {
     ) -> Collector {
         Collector {
             settings,
+            events: EventSink::new(client.clone(), "gpuid", None),
             client,
             pods,
             sink,
             metrics,
             acks,
             memory: Mutex::new(Memory::default()),
+            started: OnceCell::new(),
         }
     }
 
@@ -137,6 +230,102 @@ impl Collector {
         key: String,
         _cancel: CancellationToken,
     ) -> Result<Action, CollectError> {
+        self.started.get_or_init(|| self.start()).await;
+        let result = self.reconcile_pod(&key).await;
+        self.swept(&key).await;
+        result
+    }
+
+    /// Runs before the first pod: seeds move detection from the inventories
+    /// stored on the Nodes and notes which pods the first sweep covers.
+    async fn start(&self) {
+        let keys: HashSet<String> = self
+            .pods
+            .iter()
+            .flat_map(|store| store.state())
+            .map(|pod| super::pod::pod_key(&pod))
+            .collect();
+        let seeded = self.stored_inventories().await;
+        let mut memory = self.memory.lock();
+        for (node, records) in seeded {
+            for record in records {
+                memory
+                    .gpus
+                    .entry(record.gpu_key())
+                    .or_insert_with(|| (node.clone(), record));
+            }
+        }
+        memory.sweep = Some(Sweep::Running(keys));
+    }
+
+    /// Every Node's stored inventory, by pages. Without it (no `list`
+    /// permission, API down) a GPU that moved to a node collected before
+    /// its old one is reported as added plus removed.
+    async fn stored_inventories(&self) -> Vec<(String, Vec<GpuRecord>)> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut params = ListParams::default().limit(500);
+        let mut found = Vec::new();
+        loop {
+            let page = match nodes.list(&params).await {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list nodes; GPUs moved while gpuid was down may be reported as removed and added");
+                    return found;
+                }
+            };
+            for node in &page.items {
+                let Some(annotations) = node.metadata.annotations.as_ref() else {
+                    continue;
+                };
+                let stored =
+                    StoredState::from_annotations(&self.settings.label_prefix, annotations);
+                if !stored.records.is_empty() {
+                    found.push((
+                        node.metadata.name.clone().unwrap_or_default(),
+                        stored.records,
+                    ));
+                }
+            }
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return found,
+            }
+        }
+    }
+
+    /// Marks `key` as visited by the first sweep; when the sweep is complete,
+    /// held removals that no other node claimed go out as `gpu_removed`.
+    async fn swept(&self, key: &str) {
+        let (events, acks) = {
+            let mut memory = self.memory.lock();
+            let Some(Sweep::Running(keys)) = memory.sweep.as_mut() else {
+                return;
+            };
+            keys.remove(key);
+            if !keys.is_empty() {
+                return;
+            }
+            memory.sweep = Some(Sweep::Done);
+            let events: Vec<ChangeEvent> =
+                memory.held.drain().map(|(_, held)| held.event).collect();
+            let acks: Vec<(String, Value)> = memory.held_acks.drain().collect();
+            (events, acks)
+        };
+        if !events.is_empty()
+            && let Err(error) = self.sink.submit(Vec::new(), events).await
+        {
+            // The nodes keep their old hash, so the next collection retries.
+            tracing::warn!(%error, "cannot export the removals held during the first sweep");
+            return;
+        }
+        let position = accepted(&self.sink.stats());
+        for (node, patch) in acks {
+            self.acks.push(position, node, patch);
+        }
+    }
+
+    async fn reconcile_pod(&self, key: &str) -> Result<Action, CollectError> {
+        let key = key.to_owned();
         let Some((namespace, name)) = key.split_once('/') else {
             return Ok(Action::AwaitChange);
         };
@@ -174,6 +363,17 @@ impl Collector {
             Err(error) => {
                 self.metrics.pod_processed(PodResult::Error);
                 self.metrics.exec_error(error.reason());
+                if let Some(reason) = error.event_reason() {
+                    self.events
+                        .publish_or_log(
+                            &pod.object_ref(&()),
+                            EventType::Warning,
+                            reason,
+                            "Collect",
+                            Some(note(error.to_string())),
+                        )
+                        .await;
+                }
                 Err(error)
             }
         }
@@ -217,7 +417,22 @@ impl Collector {
         node_name: &str,
     ) -> Result<PodResult, CollectError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = match nodes.get_opt(node_name).await {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let started = Instant::now();
+        // The Node read and the exec do not depend on each other; together
+        // they cost one round trip less per pod (an exec for a Node that
+        // turns out to be gone is wasted, which is rare).
+        let (node, output) = tokio::join!(
+            nodes.get_opt(node_name),
+            run_nvidia_smi(
+                &pods,
+                name,
+                &self.settings.container,
+                self.settings.timeout,
+                self.settings.output_limit,
+            )
+        );
+        let node = match node {
             Ok(Some(node)) => node,
             Ok(None) => return Ok(PodResult::Skipped),
             Err(source) => {
@@ -227,16 +442,7 @@ impl Collector {
                 });
             }
         };
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let started = Instant::now();
-        let output = run_nvidia_smi(
-            &pods,
-            name,
-            &self.settings.container,
-            self.settings.timeout,
-            self.settings.output_limit,
-        )
-        .await?;
+        let output = output?;
         let limits = Limits {
             max_input_bytes: self.settings.output_limit,
             ..Limits::DEFAULT
@@ -275,9 +481,12 @@ impl Collector {
         let stored = StoredState::from_annotations(&self.settings.label_prefix, &annotations);
         let hash = inventory_hash(&records);
         let reason = export_reason(&stored, hash, now, self.settings.heartbeat);
-        let events = match reason {
-            ExportReason::Changed => self.changes(node_name, &stored.records, &records, now),
-            ExportReason::Heartbeat | ExportReason::Unchanged => Vec::new(),
+        let (events, released, change_note) = match reason {
+            ExportReason::Changed => {
+                let changes = self.changes(node_name, &stored.records, &records, now);
+                (changes.events, changes.released, changes.note)
+            }
+            ExportReason::Heartbeat | ExportReason::Unchanged => (Vec::new(), Vec::new(), None),
         };
         self.remember(node_name, &records);
         let exported = reason != ExportReason::Unchanged;
@@ -290,26 +499,68 @@ impl Collector {
                     message: error.to_string(),
                 })?;
             // Everything accepted so far, ours included, must settle first.
+            // The labels go in the same patch as the export record: one Node
+            // write per change, off the worker's path, and labels that never
+            // run ahead of what the backend has.
             let position = accepted(&self.sink.stats());
-            self.acks.push(
-                position,
-                node_name.to_owned(),
-                export_patch(&self.settings.label_prefix, hash, now, &records),
-            );
+            let update = NodeUpdate {
+                record_export: Some((hash, now)),
+                records,
+            };
+            let patch = node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
+                .unwrap_or_else(|| {
+                    export_patch(&self.settings.label_prefix, hash, now, &update.records)
+                });
+            let mut memory = self.memory.lock();
+            if memory.holds_removals_of(node_name) {
+                // Recorded only once its held removals are exported too, so
+                // a crash before that reports them again after the restart.
+                memory.held_acks.insert(node_name.to_owned(), patch);
+            } else {
+                self.acks.push(position, node_name.to_owned(), patch);
+            }
+            for node in released {
+                if !memory.holds_removals_of(&node)
+                    && let Some(patch) = memory.held_acks.remove(&node)
+                {
+                    self.acks.push(position, node, patch);
+                }
+            }
+        } else {
+            let update = NodeUpdate {
+                record_export: None,
+                records,
+            };
+            if let Some(patch) =
+                node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
+            {
+                nodes
+                    .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|source| CollectError::NodePatch {
+                        node: node_name.to_owned(),
+                        source,
+                    })?;
+            }
         }
-        let update = NodeUpdate {
-            record_export: None,
-            records,
-        };
-        if let Some(patch) = node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
-        {
-            nodes
-                .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| CollectError::NodePatch {
-                    node: node_name.to_owned(),
-                    source,
-                })?;
+        if let Some(text) = change_note {
+            // A fresh recorder: kube's Recorder folds every later event with
+            // the same reason on the same object into a series that keeps
+            // the first note, and each change needs its own note. Sent in
+            // the background: an Event is best effort and must not slow
+            // collection.
+            let sink = EventSink::new(self.client.clone(), "gpuid", None);
+            let regarding = node.object_ref(&());
+            tokio::spawn(async move {
+                sink.publish_or_log(
+                    &regarding,
+                    EventType::Normal,
+                    "GpuInventoryChanged",
+                    "Collect",
+                    Some(note(text)),
+                )
+                .await;
+            });
         }
         Ok(if exported {
             PodResult::Exported
@@ -318,20 +569,25 @@ impl Collector {
         })
     }
 
-    /// Change events from the node's stored inventory to `now_records`.
+    /// Change events from the node's stored inventory to `now_records`,
+    /// and the nodes whose held removals this node's records claimed.
     ///
-    /// A GPU last seen on another node is compared with that sighting, so
-    /// it is one `gpu_moved` instead of an addition here; and a stored GPU
-    /// that has since been seen elsewhere is not reported as removed again.
+    /// A GPU last seen on another node (or seeded from another node's
+    /// stored inventory at start) is compared with that sighting, so it is
+    /// one `gpu_moved` instead of an addition here; a stored GPU that has
+    /// since been seen elsewhere is not reported as removed again; during
+    /// the first sweep a removal nobody claimed yet is held back, since the
+    /// GPU may show up on a node collected later.
     fn changes(
         &self,
         node_name: &str,
         stored: &[GpuRecord],
         now_records: &[GpuRecord],
         now: Timestamp,
-    ) -> Vec<ChangeEvent> {
-        let memory = self.memory.lock();
-        let elsewhere = |record: &GpuRecord| {
+    ) -> Changes {
+        let mut memory = self.memory.lock();
+        let memory = &mut *memory;
+        let seen_elsewhere = |record: &GpuRecord| {
             memory
                 .gpus
                 .get(&record.gpu_key())
@@ -340,11 +596,51 @@ impl Collector {
         };
         let mut before: Vec<GpuRecord> = stored
             .iter()
-            .filter(|record| elsewhere(record).is_none())
+            .filter(|record| seen_elsewhere(record).is_none())
             .cloned()
             .collect();
-        before.extend(now_records.iter().filter_map(elsewhere));
-        diff(&before, now_records, now)
+        let mut released = Vec::new();
+        for record in now_records {
+            if let Some(previous) = seen_elsewhere(record) {
+                before.push(previous);
+            } else if let Some(held) = memory
+                .held
+                .remove(&record.gpu_key())
+                .filter(|held| held.node != node_name)
+            {
+                released.push(held.node.clone());
+                before.push(held.record);
+            }
+        }
+        let mut events = diff(&before, now_records, now);
+        // The Kubernetes Event tells the whole change, held removals included.
+        let note = (!events.is_empty() || stored.is_empty())
+            .then(|| change_note(&events, node_name, now_records.len()));
+        if matches!(memory.sweep, Some(Sweep::Running(_))) {
+            let (removals, rest): (Vec<ChangeEvent>, Vec<ChangeEvent>) = events
+                .into_iter()
+                .partition(|event| event.kind == ChangeKind::GpuRemoved);
+            events = rest;
+            for event in removals {
+                let Some(record) = event.before.clone() else {
+                    events.push(event);
+                    continue;
+                };
+                memory.held.insert(
+                    event.gpu_key.clone(),
+                    HeldRemoval {
+                        node: node_name.to_owned(),
+                        record,
+                        event,
+                    },
+                );
+            }
+        }
+        Changes {
+            events,
+            released,
+            note,
+        }
     }
 
     fn remember(&self, node_name: &str, records: &[GpuRecord]) {

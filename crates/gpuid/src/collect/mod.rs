@@ -15,10 +15,22 @@
 //! * State is durable on the Node (`<prefix>/inventory-hash`, `exported-at`,
 //!   `inventory`), so restarts and leader changes re-export nothing that is
 //!   unchanged; a heartbeat re-exports unchanged inventories.
+//! * Kubernetes Events for what an operator can act on: a failed,
+//!   oversized or malformed nvidia-smi (Warning on the pod) and a changed
+//!   node inventory (Normal on the Node).
+//! * API requests are throttled by `QPS`/`BURST` ([`client`]).
+//! * Moves while no collector ran: before the first pod, the inventories
+//!   stored on all Nodes are read (one paged list) to seed move detection,
+//!   and during the first sweep over the cached pods a GPU that left a node
+//!   is held back until the sweep ends, so a GPU found on another node in
+//!   that sweep is one `gpu_moved` (whichever node is collected first).
+//!   That node's export record waits for its held removals, so a crash in
+//!   between reports them again.
 //! * Pure parts: [`node_state`] (labels, patch, export decision), [`pod`]
 //!   (which pods are collectable), [`settings`].
 
 pub mod ack;
+pub mod client;
 pub mod collector;
 pub mod exec;
 pub mod metrics;
@@ -29,6 +41,7 @@ pub mod serve;
 pub mod settings;
 pub mod sink;
 
+pub use client::{RateLimitLayer, TokenBucket, rate_limited_client};
 pub use collector::{CollectError, Collector, node_identity};
 pub use exec::{ExecError, NVIDIA_SMI_ARGV};
 pub use metrics::{CollectorMetrics, PodResult};

@@ -331,7 +331,10 @@ async fn readyz(State(state): State<AdminState>) -> Response {
         }
         crate::export::Health::Unhealthy { reason } => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: exporter unhealthy: {reason}\n"),
+            format!(
+                "not ready: exporter unhealthy ({}): {reason}\n",
+                state.sink.exporter_name()
+            ),
         )
             .into_response(),
     }

@@ -55,7 +55,9 @@ async fn client(config: &Config) -> Result<kube::Client, ServeError> {
             .await
             .map_err(|error| ServeError::Client(error.to_string()))?,
     };
-    kube::Client::try_from(kube_config).map_err(|error| ServeError::Client(error.to_string()))
+    // QPS and BURST as client-go applies them: one token bucket per client.
+    super::client::rate_limited_client(kube_config, f64::from(config.qps), config.burst)
+        .map_err(|error| ServeError::Client(error.to_string()))
 }
 
 /// Runs the collector with the given configuration until a signal arrives.

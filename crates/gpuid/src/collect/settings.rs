@@ -119,6 +119,28 @@ impl CollectorSettings {
     }
 }
 
+/// Checks the collector's own knobs on their own, so that they are reported
+/// together with the core configuration's errors even when that failed.
+pub fn check_collector_knobs(
+    flags: &BTreeMap<String, String>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<SettingError> {
+    let base = CollectorSettings {
+        cluster: String::new(),
+        namespaces: Vec::new(),
+        label_selector: String::new(),
+        container: String::new(),
+        workers: 1,
+        timeout: Duration::from_secs(30),
+        resync: Duration::ZERO,
+        heartbeat: Duration::from_secs(24 * 3600),
+        label_prefix: DEFAULT_LABEL_PREFIX.to_owned(),
+        output_limit: DEFAULT_OUTPUT_LIMIT,
+        collector_version: String::new(),
+    };
+    base.with_knobs(flags, env).err().unwrap_or_default()
+}
+
 fn parse_heartbeat(raw: &str) -> Result<Duration, String> {
     let raw = raw.trim();
     if raw.is_empty() {

@@ -56,6 +56,8 @@ pub struct Fleet {
     pub client: kube::Client,
     pub answers: Arc<Mutex<HashMap<String, Answer>>>,
     pub execs: Arc<AtomicUsize>,
+    /// Execs per node name.
+    pub execs_by_node: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl Fleet {
@@ -66,11 +68,16 @@ impl Fleet {
     pub async fn start_with_latency(latency: Duration) -> Fleet {
         let answers: Arc<Mutex<HashMap<String, Answer>>> = Arc::default();
         let execs = Arc::new(AtomicUsize::new(0));
+        let execs_by_node: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
         let handler = {
             let answers = Arc::clone(&answers);
             let execs = Arc::clone(&execs);
+            let execs_by_node = Arc::clone(&execs_by_node);
             move |request: ExecRequest| {
                 execs.fetch_add(1, Ordering::SeqCst);
+                if let Some(node) = request.node_name() {
+                    *execs_by_node.lock().entry(node.to_owned()).or_default() += 1;
+                }
                 let answer = request
                     .node_name()
                     .and_then(|node| answers.lock().get(node).cloned());
@@ -110,7 +117,12 @@ impl Fleet {
             client,
             answers,
             execs,
+            execs_by_node,
         }
+    }
+
+    pub fn execs_on(&self, node: &str) -> usize {
+        self.execs_by_node.lock().get(node).copied().unwrap_or(0)
     }
 
     pub fn answer(&self, node: &str, answer: Answer) {
@@ -299,12 +311,17 @@ impl Replica {
     }
 
     pub async fn readyz(&self) -> (u16, String) {
+        self.admin_get("/readyz").await
+    }
+
+    /// GET on the admin router (`/healthz`, `/readyz`, `/metrics`).
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
         use tower::ServiceExt;
         let response = self
             .router
             .clone()
             .oneshot(
-                axum::http::Request::get("/readyz")
+                axum::http::Request::get(path)
                     .body(axum::body::Body::empty())
                     .unwrap(),
             )

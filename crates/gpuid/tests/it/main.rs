@@ -3,6 +3,8 @@
 mod alloc;
 mod caps;
 mod collect_e2e;
+mod collect_ops;
+mod collect_s3_qps;
 mod collect_support;
 mod docs;
 mod export_http;
