@@ -81,16 +81,17 @@ pub async fn run(
     let client = client(&config).await?;
     let exporter = AnyExporter::from_config(
         &config.exporter,
-        ExportContext {
-            replica: config
+        // The S3 exporter signs with the standard AWS variables.
+        ExportContext::from_lookup(
+            config
                 .leader_election
                 .pod_name
                 .clone()
                 .unwrap_or_else(|| "gpuid".to_owned()),
-            ..ExportContext::default()
-        },
+            |name| std::env::var(name).ok(),
+        ),
     )?;
-    let pipeline = ExportPipeline::start(exporter, PipelineConfig::default());
+    let pipeline = ExportPipeline::start(exporter, PipelineConfig::from_config(&config));
     let registry = MetricsRegistry::new();
     let runtime = CollectorRuntime::new(
         client,

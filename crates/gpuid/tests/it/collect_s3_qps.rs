@@ -66,8 +66,8 @@ async fn collection_lands_in_s3_as_ndjson_once_and_a_restart_writes_no_object() 
                 partition_pattern: "year=%Y/month=%m/day=%d/hour=%H".to_owned(),
                 endpoint: Some(endpoint.clone()),
                 force_path_style: true,
+                format: S3Format::Ndjson,
             },
-            format: S3Format::Ndjson,
             replica: "gpuid-0".to_owned(),
             credentials: Some(S3Credentials {
                 access_key_id: "testing".to_owned(),
