@@ -16,6 +16,9 @@ pub enum NameRule {
     Label,
     /// RFC 1035 label (services).
     Dns1035,
+    /// Any path segment (RBAC kinds, whose names such as
+    /// `system:controller:foo` carry colons): not `.` or `..`, no `/` or `%`.
+    PathSegment,
 }
 
 fn is_lower_alnum(c: char) -> bool {
@@ -68,11 +71,23 @@ pub fn dns1035_label(value: &str) -> Vec<String> {
     errs
 }
 
+pub fn path_segment(value: &str) -> Vec<String> {
+    if value == "." || value == ".." {
+        return vec![format!("may not be '{value}'")];
+    }
+    ["/", "%"]
+        .into_iter()
+        .filter(|bad| value.contains(bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+        .collect()
+}
+
 pub fn check_name(rule: NameRule, value: &str) -> Vec<String> {
     match rule {
         NameRule::Subdomain => dns1123_subdomain(value),
         NameRule::Label => dns1123_label(value),
         NameRule::Dns1035 => dns1035_label(value),
+        NameRule::PathSegment => path_segment(value),
     }
 }
 

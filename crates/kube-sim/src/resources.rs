@@ -164,11 +164,44 @@ const EVENTS_V1_FIELDS: &[&str] = &[
 fn builtins() -> Vec<Builtin> {
     use NameRule::*;
     use StatusOnCreate::*;
+    use k8s_openapi::api::apps::v1 as apps;
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::events::v1 as events;
+    use k8s_openapi::api::rbac::v1 as rbac;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
-    vec![
+    // Workloads and RBAC are stored and served (so manifests apply and
+    // controllers can read them) but nothing acts on them: no Deployment
+    // controller creates pods and no request is authorised against a Role.
+    let workload = |kind, plural, short_names, normalize| Builtin {
+        group: "apps",
+        version: "v1",
+        kind,
+        plural,
+        namespaced: true,
+        short_names,
+        categories: &["all"],
+        status: true,
+        name_rule: Subdomain,
+        status_on_create: Drop,
+        normalize,
+        extra_fields: &[],
+    };
+    let rbac_kind = |kind, plural, namespaced, normalize| Builtin {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        kind,
+        plural,
+        namespaced,
+        short_names: &[],
+        categories: &[],
+        status: false,
+        name_rule: PathSegment,
+        status_on_create: Keep,
+        normalize,
+        extra_fields: &[],
+    };
+    let mut kinds = vec![
         Builtin {
             group: "",
             version: "v1",
@@ -323,7 +356,53 @@ fn builtins() -> Vec<Builtin> {
             normalize: roundtrip::<apiext::CustomResourceDefinition>,
             extra_fields: &[],
         },
-    ]
+    ];
+    kinds.extend([
+        workload(
+            "Deployment",
+            "deployments",
+            &["deploy"],
+            roundtrip::<apps::Deployment>,
+        ),
+        workload(
+            "DaemonSet",
+            "daemonsets",
+            &["ds"],
+            roundtrip::<apps::DaemonSet>,
+        ),
+        workload(
+            "StatefulSet",
+            "statefulsets",
+            &["sts"],
+            roundtrip::<apps::StatefulSet>,
+        ),
+        workload(
+            "ReplicaSet",
+            "replicasets",
+            &["rs"],
+            roundtrip::<apps::ReplicaSet>,
+        ),
+        rbac_kind("Role", "roles", true, roundtrip::<rbac::Role>),
+        rbac_kind(
+            "RoleBinding",
+            "rolebindings",
+            true,
+            roundtrip::<rbac::RoleBinding>,
+        ),
+        rbac_kind(
+            "ClusterRole",
+            "clusterroles",
+            false,
+            roundtrip::<rbac::ClusterRole>,
+        ),
+        rbac_kind(
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            false,
+            roundtrip::<rbac::ClusterRoleBinding>,
+        ),
+    ]);
+    kinds
 }
 
 pub fn builtin_types() -> Vec<ResourceType> {

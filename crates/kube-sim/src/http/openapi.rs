@@ -237,11 +237,27 @@ fn register_builtin(
     version: &str,
     kind: &str,
 ) -> Option<String> {
+    use k8s_openapi::api::apps::v1 as apps;
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::events::v1 as events;
+    use k8s_openapi::api::rbac::v1 as rbac;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     Some(match (group, version, kind) {
+        ("apps", "v1", "Deployment") => register::<apps::Deployment>(generator),
+        ("apps", "v1", "DaemonSet") => register::<apps::DaemonSet>(generator),
+        ("apps", "v1", "StatefulSet") => register::<apps::StatefulSet>(generator),
+        ("apps", "v1", "ReplicaSet") => register::<apps::ReplicaSet>(generator),
+        ("rbac.authorization.k8s.io", "v1", "Role") => register::<rbac::Role>(generator),
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding") => {
+            register::<rbac::RoleBinding>(generator)
+        }
+        ("rbac.authorization.k8s.io", "v1", "ClusterRole") => {
+            register::<rbac::ClusterRole>(generator)
+        }
+        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+            register::<rbac::ClusterRoleBinding>(generator)
+        }
         ("", "v1", "Namespace") => register::<core::Namespace>(generator),
         ("", "v1", "Node") => register::<core::Node>(generator),
         ("", "v1", "Pod") => register::<core::Pod>(generator),
