@@ -188,11 +188,11 @@ impl GroupState {
         if wanted == 0 {
             0
         } else if wanted <= self.free_count() {
-            let last = self
-                .free_slots_from(wanted - 1)
+            // There is a free slot by the check above; should the count
+            // ever disagree, probing the whole group is the safe answer.
+            self.free_slots_from(wanted - 1)
                 .next()
-                .expect("a free slot exists");
-            (last + 1) as usize
+                .map_or(self.capacity as usize, |last| (last + 1) as usize)
         } else {
             self.capacity as usize
         }
