@@ -167,6 +167,64 @@ async fn a_changed_capture_exports_exactly_the_change_and_stale_labels_go() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_node_exports_its_gpus_as_removed_and_the_other_node_is_untouched() {
+    let fleet = Fleet::start().await;
+    for node in ["gone-1", "kept-1"] {
+        fleet.add_node(node).await;
+        fleet.answer(node, Answer::Xml(capture("hardware/h100.xml", node)));
+        fleet.add_plugin_pod(&format!("plugin-{node}"), node).await;
+    }
+    let replica = Replica::start(&fleet, settings(2), Election::Disabled).await;
+    exported(&fleet, "gone-1").await;
+    exported(&fleet, "kept-1").await;
+    let added = replica.buffer.events();
+    assert_eq!(added.len(), 16, "8 GPUs added on each node: {added:?}");
+    let (_, metrics) = replica.admin_get("/metrics").await;
+    assert!(
+        metrics.contains(r#"gpuid_node_gpus{node="gone-1"} 8"#),
+        "{metrics}"
+    );
+
+    // The node leaves the cluster, and its device-plugin pod with it.
+    Api::<k8s_openapi::api::core::v1::Node>::all(fleet.client.clone())
+        .delete("gone-1", &Default::default())
+        .await
+        .unwrap();
+    fleet.delete_pod("plugin-gone-1").await;
+    let removed = eventually(
+        "the deleted node's GPUs to be exported as removed",
+        || async {
+            let removed: Vec<String> = replica
+                .buffer
+                .events()
+                .into_iter()
+                .filter(|(kind, _)| kind == "gpu_removed")
+                .map(|(_, key)| key)
+                .collect();
+            (removed.len() >= 8).then_some(removed)
+        },
+    )
+    .await;
+    assert_eq!(removed.len(), 8, "{removed:?}");
+    assert!(
+        removed.iter().all(|key| key.starts_with("GPU-gone-1-")),
+        "{removed:?}"
+    );
+    let (_, metrics) = replica.admin_get("/metrics").await;
+    assert!(!metrics.contains(r#"node="gone-1""#), "{metrics}");
+    assert!(
+        metrics.contains(r#"gpuid_node_gpus{node="kept-1"} 8"#),
+        "{metrics}"
+    );
+    assert_eq!(
+        fleet.execs_on("kept-1"),
+        1,
+        "the other node is not collected again"
+    );
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_hanging_and_oversized_outputs_are_counted_errors() {
     let fleet = Fleet::start().await;
     let cases = [
