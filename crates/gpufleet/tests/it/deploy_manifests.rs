@@ -79,9 +79,9 @@ fn the_gpuid_rbac_and_deployment_apply_with_kubectl_and_are_stored_as_written() 
     );
 }
 
-/// `kubectl apply -f -` with `manifest` on stdin (kubectl's generator
-/// commands such as `create clusterrole` send protobuf, which kube-sim
-/// decodes only for a few core kinds).
+/// `kubectl apply -f -` with `manifest` on stdin: the path a manifest takes
+/// (the generator commands, `kubectl create clusterrole` and the like, are
+/// covered by kube-sim's own kubectl tests).
 fn apply_stdin(sim: &SimServer, manifest: &str) -> std::process::Output {
     use std::io::Write;
     let mut child = sim

@@ -1,7 +1,8 @@
 //! Just enough of the Kubernetes protobuf encoding to accept what kubectl
 //! sends in protobuf: its generator commands (`kubectl create configmap`,
-//! `create secret`, `create namespace`, `create serviceaccount`) encode the
-//! new object as `application/vnd.kubernetes.protobuf`, and client-go has no
+//! `create secret`, `create namespace`, `create serviceaccount`, `create
+//! role`, `create clusterrole`, `create rolebinding`, `create
+//! clusterrolebinding`) encode the new object as `application/vnd.kubernetes.protobuf`, and client-go has no
 //! JSON fallback for protobuf. kube-sim answers in JSON, which kubectl accepts.
 //!
 //! Wire format: the magic `k8s\0`, then a `runtime.Unknown` message whose
@@ -12,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
 const MAGIC: &[u8] = b"k8s\0";
+const RBAC_V1: &str = "rbac.authorization.k8s.io/v1";
 
 #[derive(Debug, PartialEq)]
 enum Field<'a> {
@@ -235,6 +237,112 @@ fn service_account(raw: &[u8]) -> Result<Map<String, Value>, String> {
     Ok(obj)
 }
 
+/// A message whose fields are all strings, `repeated` ones collected into
+/// lists: `names[n - 1]` is field `n`'s JSON name.
+fn strings_message(bytes: &[u8], names: &[(&str, bool)]) -> Result<Value, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(bytes)? {
+        let Field::Bytes(b) = field else { continue };
+        let Some(&(name, repeated)) = usize::try_from(number)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| names.get(i))
+        else {
+            continue;
+        };
+        if repeated {
+            push(&mut obj, name, text(b)?.into());
+        } else if !b.is_empty() {
+            obj.insert(name.into(), text(b)?.into());
+        }
+    }
+    Ok(Value::Object(obj))
+}
+
+/// rbac/v1 `PolicyRule`.
+fn policy_rule(bytes: &[u8]) -> Result<Value, String> {
+    strings_message(
+        bytes,
+        &[
+            ("verbs", true),
+            ("apiGroups", true),
+            ("resources", true),
+            ("resourceNames", true),
+            ("nonResourceURLs", true),
+        ],
+    )
+}
+
+/// meta/v1 `LabelSelector`: matchLabels = 1, matchExpressions = 2.
+fn label_selector(bytes: &[u8]) -> Result<Value, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => insert_map_entry(&mut obj, "matchLabels", b, false)?,
+            (2, Field::Bytes(b)) => push(
+                &mut obj,
+                "matchExpressions",
+                strings_message(b, &[("key", false), ("operator", false), ("values", true)])?,
+            ),
+            _ => {}
+        }
+    }
+    Ok(Value::Object(obj))
+}
+
+/// rbac/v1 `Role` and `ClusterRole`: metadata = 1, rules = 2,
+/// aggregationRule = 3 (ClusterRole only).
+fn role(raw: &[u8]) -> Result<Map<String, Value>, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(raw)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
+            (2, Field::Bytes(b)) => push(&mut obj, "rules", policy_rule(b)?),
+            (3, Field::Bytes(b)) => {
+                let mut rule = Map::new();
+                for (n, f) in fields(b)? {
+                    if let (1, Field::Bytes(selector)) = (n, f) {
+                        push(&mut rule, "clusterRoleSelectors", label_selector(selector)?);
+                    }
+                }
+                obj.insert("aggregationRule".into(), Value::Object(rule));
+            }
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
+/// rbac/v1 `RoleBinding` and `ClusterRoleBinding`: metadata = 1,
+/// subjects = 2, roleRef = 3.
+fn role_binding(raw: &[u8]) -> Result<Map<String, Value>, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(raw)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
+            (2, Field::Bytes(b)) => push(
+                &mut obj,
+                "subjects",
+                strings_message(
+                    b,
+                    &[
+                        ("kind", false),
+                        ("apiGroup", false),
+                        ("name", false),
+                        ("namespace", false),
+                    ],
+                )?,
+            ),
+            (3, Field::Bytes(b)) => drop(obj.insert(
+                "roleRef".into(),
+                strings_message(b, &[("apiGroup", false), ("kind", false), ("name", false)])?,
+            )),
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
 /// Decodes a protobuf-encoded object into its JSON form.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
     let envelope = body
@@ -262,9 +370,11 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("v1", "Secret") => secret(raw)?,
         ("v1", "Namespace") => namespace(raw)?,
         ("v1", "ServiceAccount") => service_account(raw)?,
+        (RBAC_V1, "Role" | "ClusterRole") => role(raw)?,
+        (RBAC_V1, "RoleBinding" | "ClusterRoleBinding") => role_binding(raw)?,
         _ => {
             return Err(format!(
-                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace and ServiceAccount, not {api_version} {kind}; send JSON"
+                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace and ServiceAccount and {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, not {api_version} {kind}; send JSON"
             ));
         }
     };

@@ -570,3 +570,142 @@ async fn a_second_server_side_manager_changing_a_field_sees_the_conflict() {
         .await;
     assert_eq!(color, "green");
 }
+
+#[tokio::test]
+async fn kubectl_create_role_and_binding_generators_store_what_they_say() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let sim = sim().await;
+    let kubectl = Kubectl::new(&sim);
+    // These generator commands send protobuf bodies.
+    kubectl
+        .ok(&[
+            "create",
+            "clusterrole",
+            "system:gpu-reader",
+            "--verb=get,list",
+            "--resource=nodes,pods",
+            "--resource-name=gpu-1",
+        ])
+        .await;
+    kubectl
+        .ok(&[
+            "create",
+            "clusterrole",
+            "gpu-aggregate",
+            "--aggregation-rule=gpufleet.dev/aggregate-to-gpu=true",
+        ])
+        .await;
+    kubectl
+        .ok(&[
+            "create",
+            "role",
+            "exec",
+            "--verb=get,create",
+            "--resource=pods/exec",
+        ])
+        .await;
+    kubectl
+        .ok(&[
+            "create",
+            "rolebinding",
+            "exec",
+            "--role=exec",
+            "--serviceaccount=gpuid:collector",
+        ])
+        .await;
+    kubectl
+        .ok(&[
+            "create",
+            "clusterrolebinding",
+            "readers",
+            "--clusterrole=system:gpu-reader",
+            "--user=alice",
+            "--group=ops",
+        ])
+        .await;
+
+    let client = sim.client();
+    let reader = Api::<ClusterRole>::all(client.clone())
+        .get("system:gpu-reader")
+        .await
+        .unwrap();
+    let rules = reader.rules.unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(rules[0].verbs, ["get", "list"]);
+    assert_eq!(rules[0].api_groups.as_deref(), Some(&[String::new()][..]));
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["nodes".to_string(), "pods".to_string()][..])
+    );
+    assert_eq!(
+        rules[0].resource_names.as_deref(),
+        Some(&["gpu-1".to_string()][..])
+    );
+
+    let aggregate = Api::<ClusterRole>::all(client.clone())
+        .get("gpu-aggregate")
+        .await
+        .unwrap();
+    let selectors = aggregate
+        .aggregation_rule
+        .and_then(|rule| rule.cluster_role_selectors)
+        .unwrap();
+    assert_eq!(
+        selectors[0].match_labels.as_ref().unwrap()["gpufleet.dev/aggregate-to-gpu"],
+        "true"
+    );
+
+    let exec = Api::<Role>::default_namespaced(client.clone())
+        .get("exec")
+        .await
+        .unwrap();
+    let rules = exec.rules.unwrap();
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["pods/exec".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["get", "create"]);
+
+    let binding = Api::<RoleBinding>::default_namespaced(client.clone())
+        .get("exec")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            binding.role_ref.api_group.as_str(),
+            binding.role_ref.kind.as_str(),
+            binding.role_ref.name.as_str()
+        ),
+        ("rbac.authorization.k8s.io", "Role", "exec")
+    );
+    let subject = &binding.subjects.unwrap()[0];
+    assert_eq!(
+        (
+            subject.kind.as_str(),
+            subject.namespace.as_deref(),
+            subject.name.as_str()
+        ),
+        ("ServiceAccount", Some("gpuid"), "collector")
+    );
+
+    let readers = Api::<ClusterRoleBinding>::all(client)
+        .get("readers")
+        .await
+        .unwrap();
+    assert_eq!(readers.role_ref.name, "system:gpu-reader");
+    let subjects: Vec<(String, String)> = readers
+        .subjects
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.kind, s.name))
+        .collect();
+    assert_eq!(
+        subjects,
+        [
+            ("User".to_string(), "alice".to_string()),
+            ("Group".to_string(), "ops".to_string())
+        ]
+    );
+    let listed = kubectl.ok(&["get", "clusterrolebindings"]).await;
+    assert!(listed.contains("readers"), "{listed}");
+}
