@@ -52,11 +52,7 @@ async fn start_receiver(script: Vec<(u16, Option<&'static str>)>) -> (String, Ar
     let app = Router::new()
         .route("/ingest", post(receive))
         .with_state(Arc::clone(&receiver));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::export_support::serve_on_loopback(app).await;
     (format!("http://{addr}/ingest"), receiver)
 }
 

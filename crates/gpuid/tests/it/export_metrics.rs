@@ -51,11 +51,7 @@ async fn start(script: Vec<(u16, Option<&'static str>)>) -> (String, Arc<Receive
     let app = Router::new()
         .route("/ingest", post(receive))
         .with_state(Arc::clone(&receiver));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::export_support::serve_on_loopback(app).await;
     (format!("http://{addr}/ingest"), receiver)
 }
 
@@ -203,15 +199,7 @@ async fn the_pipeline_built_from_export_knobs_gives_up_after_export_max_attempts
         ("EXPORT_BATCH_INTERVAL", "20ms"),
         ("EXPORT_BATCH_SIZE", "4"),
     ];
-    let config = gpuid::config::Config::from_lookup(
-        |name| {
-            vars.iter()
-                .find(|(key, _)| *key == name)
-                .map(|(_, value)| (*value).to_owned())
-        },
-        |path| std::fs::read_to_string(path),
-    )
-    .unwrap();
+    let config = crate::export_support::config_from_vars(&vars);
     let pipeline = pipeline(&endpoint, PipelineConfig::from_config(&config));
     let (records, _) = h100_batch();
     pipeline.submit(records.clone(), Vec::new()).await.unwrap();

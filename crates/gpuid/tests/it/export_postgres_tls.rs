@@ -9,8 +9,7 @@
 use std::path::PathBuf;
 
 use gpuid::config::{
-    Config, ExporterConfig, PostgresConnection, PostgresExporterConfig, PostgresTable, Secret,
-    SslMode,
+    ExporterConfig, PostgresConnection, PostgresExporterConfig, PostgresTable, Secret, SslMode,
 };
 use gpuid::export::{Exporter, FailureClass, Health, PostgresExporter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -269,15 +268,7 @@ async fn the_default_configuration_connects_encrypted() {
         ("POSTGRES_USER", server.user.as_str()),
         ("POSTGRES_PASSWORD", "unused"),
     ];
-    let config = Config::from_lookup(
-        |name| {
-            vars.iter()
-                .find(|(key, _)| *key == name)
-                .map(|(_, value)| (*value).to_owned())
-        },
-        |path| std::fs::read_to_string(path),
-    )
-    .unwrap();
+    let config = crate::export_support::config_from_vars(&vars);
     let ExporterConfig::Postgres(pg) = config.exporter else {
         panic!("not postgres")
     };

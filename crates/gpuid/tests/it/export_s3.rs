@@ -209,15 +209,7 @@ fn exporter_from_env(endpoint: &str, bucket: &str, format: &str) -> gpuid::expor
         ("S3_PREFIX", "/inventory/"),
         ("S3_FORMAT", format),
     ];
-    let config = gpuid::config::Config::from_lookup(
-        |name| {
-            vars.iter()
-                .find(|(key, _)| *key == name)
-                .map(|(_, value)| (*value).to_owned())
-        },
-        |path| std::fs::read_to_string(path),
-    )
-    .unwrap();
+    let config = crate::export_support::config_from_vars(&vars);
     gpuid::export::AnyExporter::from_config(
         &config.exporter,
         gpuid::export::ExportContext {

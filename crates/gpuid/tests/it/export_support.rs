@@ -16,6 +16,29 @@ use tokio::task::JoinHandle;
 
 use crate::fixtures::capture;
 
+/// The configuration these variables give, with secret files read from disk.
+pub fn config_from_vars(vars: &[(&str, &str)]) -> gpuid::config::Config {
+    gpuid::config::Config::from_lookup(
+        |name| {
+            vars.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        },
+        |path| std::fs::read_to_string(path),
+    )
+    .unwrap_or_else(|errors| panic!("test configuration rejected: {errors}"))
+}
+
+/// Serves `app` on a free loopback port until the test ends.
+pub async fn serve_on_loopback(app: axum::Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// One record per GPU of a real capture, seen on `node` at `observed_at`.
