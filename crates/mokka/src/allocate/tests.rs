@@ -7,17 +7,17 @@ use proptest::prelude::*;
 use super::*;
 use crate::api::LABEL_SGPU_NODE;
 
-fn time(seconds: i64) -> Option<Time> {
+pub(super) fn time(seconds: i64) -> Option<Time> {
     Some(Time(
         k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap(),
     ))
 }
 
-fn key(group: &str) -> GroupKey {
+pub(super) fn key(group: &str) -> GroupKey {
     GroupKey::new("inv", "inv-uid", group)
 }
 
-fn group(name: &str, racks: i32, nodes_per_rack: i32, pool: Option<&str>) -> GroupInput {
+pub(super) fn group(name: &str, racks: i32, nodes_per_rack: i32, pool: Option<&str>) -> GroupInput {
     GroupInput {
         key: key(name),
         selector: pool.map(|pool| LabelSelector {
@@ -29,7 +29,7 @@ fn group(name: &str, racks: i32, nodes_per_rack: i32, pool: Option<&str>) -> Gro
     }
 }
 
-fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
+pub(super) fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
     let mut labels = BTreeMap::from([(LABEL_SGPU_NODE.to_string(), "true".to_string())]);
     if let Some(pool) = pool {
         labels.insert("pool".into(), pool.into());
@@ -42,7 +42,7 @@ fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
     }
 }
 
-fn bind(group: &str, rack_index: i32, node_index: i32, node: &str) -> Binding {
+pub(super) fn bind(group: &str, rack_index: i32, node_index: i32, node: &str) -> Binding {
     Binding {
         group: Arc::new(key(group)),
         rack_index,
@@ -54,7 +54,7 @@ fn bind(group: &str, rack_index: i32, node_index: i32, node: &str) -> Binding {
     }
 }
 
-fn coordinates(bindings: &[Binding]) -> Vec<(String, i32, i32, String)> {
+pub(super) fn coordinates(bindings: &[Binding]) -> Vec<(String, i32, i32, String)> {
     bindings
         .iter()
         .map(|b| {
@@ -68,7 +68,7 @@ fn coordinates(bindings: &[Binding]) -> Vec<(String, i32, i32, String)> {
         .collect()
 }
 
-fn c(group: &str, rack: i32, node: i32, name: &str) -> (String, i32, i32, String) {
+pub(super) fn c(group: &str, rack: i32, node: i32, name: &str) -> (String, i32, i32, String) {
     (group.into(), rack, node, name.into())
 }
 

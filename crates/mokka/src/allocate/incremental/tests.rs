@@ -1,77 +1,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
 
 use super::*;
 use crate::allocate::allocate;
+// The fixtures of the full allocator's tests, so both suites build inputs alike.
+use crate::allocate::tests::{bind, c, coordinates, group, key, node, time};
 use crate::api::LABEL_SGPU_NODE;
-
-fn time(seconds: i64) -> Option<Time> {
-    Some(Time(
-        k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap(),
-    ))
-}
-
-fn key(group: &str) -> GroupKey {
-    GroupKey::new("inv", "inv-uid", group)
-}
-
-fn group(name: &str, racks: i32, nodes_per_rack: i32, pool: Option<&str>) -> GroupInput {
-    GroupInput {
-        key: key(name),
-        selector: pool.map(|pool| LabelSelector {
-            match_labels: Some(BTreeMap::from([("pool".to_string(), pool.to_string())])),
-            ..Default::default()
-        }),
-        racks,
-        nodes_per_rack,
-    }
-}
-
-fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
-    let mut labels = BTreeMap::from([(LABEL_SGPU_NODE.to_string(), "true".to_string())]);
-    if let Some(pool) = pool {
-        labels.insert("pool".into(), pool.into());
-    }
-    NodeInput {
-        name: name.into(),
-        uid: format!("{name}-uid"),
-        created: time(created),
-        labels,
-    }
-}
-
-fn bind(group: &str, rack_index: i32, node_index: i32, node: &str) -> Binding {
-    Binding {
-        group: Arc::new(key(group)),
-        rack_index,
-        node_index,
-        node: Arc::new(NodeRef {
-            name: node.into(),
-            uid: format!("{node}-uid"),
-        }),
-    }
-}
-
-fn coordinates(bindings: &[Binding]) -> Vec<(String, i32, i32, String)> {
-    bindings
-        .iter()
-        .map(|b| {
-            (
-                b.group.group.clone(),
-                b.rack_index,
-                b.node_index,
-                b.node.name.clone(),
-            )
-        })
-        .collect()
-}
-
-fn c(group: &str, rack: i32, node: i32, name: &str) -> (String, i32, i32, String) {
-    (group.into(), rack, node, name.into())
-}
 
 fn reasons(plan: &Allocation) -> Vec<(String, ReleaseReason)> {
     plan.released
