@@ -5,58 +5,20 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use gpuid::collect::{Election, PodResult, rate_limited_client};
 use gpuid::config::{S3ExporterConfig, Secret};
 use gpuid::export::{ExportPipeline, S3Credentials, S3Exporter, S3Format, S3Settings};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 
 use super::collect_support::*;
+use crate::export_s3::{call, create_bucket, list_keys};
 use crate::export_support::s3_endpoint;
-
-/// A plain request to moto (any syntactically valid credentials pass).
-async fn moto(method: &str, url: &str) -> (u16, String) {
-    let request = http::Request::builder()
-        .method(method)
-        .uri(url)
-        .header(
-            "authorization",
-            "AWS4-HMAC-SHA256 Credential=testing/20260821/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0",
-        )
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    let response = client
-        .request(request)
-        .await
-        .unwrap_or_else(|error| panic!("moto_server at {url} does not answer ({error})"));
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
-async fn object_keys(endpoint: &str, bucket: &str) -> Vec<String> {
-    let (status, body) = moto("GET", &format!("{endpoint}/{bucket}?list-type=2")).await;
-    assert_eq!(status, 200, "{body}");
-    let mut keys: Vec<String> = body
-        .split("<Key>")
-        .skip(1)
-        .filter_map(|rest| rest.split_once("</Key>").map(|(key, _)| key.to_owned()))
-        .collect();
-    keys.sort();
-    keys
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn collection_lands_in_s3_as_ndjson_once_and_a_restart_writes_no_object() {
     let endpoint = s3_endpoint();
-    let bucket = format!("gpuid-collect-{}", uuid::Uuid::new_v4().simple());
-    let (status, body) = moto("PUT", &format!("{endpoint}/{bucket}")).await;
-    assert_eq!(status, 200, "creating bucket {bucket}: {body}");
+    let bucket = create_bucket(&endpoint).await;
     let exporter = || {
         S3Exporter::new(S3Settings {
             config: S3ExporterConfig {
@@ -104,12 +66,12 @@ async fn collection_lands_in_s3_as_ndjson_once_and_a_restart_writes_no_object() 
     }
     replica.stop().await;
 
-    let keys = object_keys(&endpoint, &bucket).await;
+    let keys = list_keys(&endpoint, &bucket).await;
     let mut uuids = Vec::new();
     let mut events = 0;
     for key in &keys {
         assert!(key.starts_with("inventory/year="), "{key}");
-        let (status, body) = moto("GET", &format!("{endpoint}/{bucket}/{key}")).await;
+        let (status, body) = call("GET", &format!("{endpoint}/{bucket}/{key}")).await;
         assert_eq!(status, 200, "{key}: {body}");
         for line in body.lines() {
             let value: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -133,7 +95,7 @@ async fn collection_lands_in_s3_as_ndjson_once_and_a_restart_writes_no_object() 
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     restarted.stop().await;
-    assert_eq!(object_keys(&endpoint, &bucket).await, keys, "no new object");
+    assert_eq!(list_keys(&endpoint, &bucket).await, keys, "no new object");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,7 @@ fn plain() -> Plain {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-async fn call(method: &str, url: &str) -> (u16, String) {
+pub(crate) async fn call(method: &str, url: &str) -> (u16, String) {
     // moto refuses anonymous reads but accepts any credentials, so a
     // syntactically valid header is enough.
     let request = http::Request::builder()
@@ -41,14 +41,14 @@ async fn call(method: &str, url: &str) -> (u16, String) {
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-async fn create_bucket(endpoint: &str) -> String {
+pub(crate) async fn create_bucket(endpoint: &str) -> String {
     let bucket = format!("gpuid-{}", uuid::Uuid::new_v4().simple());
     let (status, body) = call("PUT", &format!("{endpoint}/{bucket}")).await;
     assert_eq!(status, 200, "creating bucket {bucket}: {body}");
     bucket
 }
 
-async fn list_keys(endpoint: &str, bucket: &str) -> Vec<String> {
+pub(crate) async fn list_keys(endpoint: &str, bucket: &str) -> Vec<String> {
     let (status, body) = call("GET", &format!("{endpoint}/{bucket}?list-type=2")).await;
     assert_eq!(status, 200, "{body}");
     let mut keys: Vec<String> = body
