@@ -87,8 +87,10 @@ pub(crate) async fn run(
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let mut addresses = NodeAddresses::default();
     let mut pool = Ipv4Pool::new(Ipv4Addr::new(172, 18, 0, 0), 16, 2);
-    // Simulated, live nodes -> when their lease is next renewed.
-    let mut lease_due: HashMap<String, Instant> = HashMap::new();
+    // Simulated, live nodes -> (uid, when their lease is next renewed). The
+    // uid tells a Node deleted and created again under the same name (its
+    // Lease went with the old one) from the same Node.
+    let mut lease_due: HashMap<String, (String, Instant)> = HashMap::new();
     // Nodes whose status write failed, looked at again soon.
     let mut retry: HashSet<String> = HashSet::new();
     let mut first = true;
@@ -113,7 +115,7 @@ pub(crate) async fn run(
         names.extend(
             lease_due
                 .iter()
-                .filter(|(_, at)| **at <= started)
+                .filter(|(_, (_, at))| *at <= started)
                 .map(|(n, _)| n.clone()),
         );
         // Sorted, so addresses are handed out in name order after a relist.
@@ -166,12 +168,14 @@ pub(crate) async fn run(
                     retry.insert(name.clone());
                 }
             }
-            let due = lease_due.get(&name).is_none_or(|at| *at <= started);
+            let uid = metadata
+                .get("uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let due = lease_due
+                .get(&name)
+                .is_none_or(|(renewed_for, at)| renewed_for != uid || *at <= started);
             if due {
-                let uid = metadata
-                    .get("uid")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
                 let next = match renew_lease(&leases, &name, uid, &config, now).await {
                     Ok(()) => config.lease_renew_interval,
                     Err(e) => {
@@ -179,12 +183,12 @@ pub(crate) async fn run(
                         RETRY.min(config.lease_renew_interval)
                     }
                 };
-                lease_due.insert(name, Instant::now() + next);
+                lease_due.insert(name, (uid.to_string(), Instant::now() + next));
             }
         }
         let mut wake_at = Instant::now() + config.lease_renew_interval;
-        if let Some(at) = lease_due.values().min() {
-            wake_at = wake_at.min(*at);
+        if let Some(at) = lease_due.values().map(|(_, at)| *at).min() {
+            wake_at = wake_at.min(at);
         }
         if !retry.is_empty() {
             wake_at = wake_at.min(Instant::now() + RETRY);
