@@ -352,4 +352,36 @@ mod tests {
         assert_eq!(used["n1"][PODS], 1000);
         assert_eq!(used.len(), 1);
     }
+
+    #[test]
+    fn the_pending_set_follows_changed_pods_and_a_relist_rebuilds_it() {
+        use kube::runtime::watcher::Event as WatchEvent;
+        let (reader, mut writer) = kube::runtime::reflector::store::<Pod>();
+        let named = |name: &str, spec: Value| {
+            let mut p = pod(spec);
+            p.metadata.name = Some(name.into());
+            p.metadata.namespace = Some("ns".into());
+            p
+        };
+        writer.apply_watcher_event(&WatchEvent::Apply(named("a", json!({}))));
+        writer.apply_watcher_event(&WatchEvent::Apply(named("b", json!({"nodeName": "n1"}))));
+        let mut pending = HashSet::new();
+        let changed = |keys: &[&str]| informer::Changes {
+            all: false,
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        };
+        track_pending(&mut pending, &reader, changed(&["ns/a", "ns/b"]));
+        assert_eq!(pending, HashSet::from(["ns/a".to_string()]));
+        // "a" gets bound: it leaves the set; a key no longer cached leaves too.
+        writer.apply_watcher_event(&WatchEvent::Apply(named("a", json!({"nodeName": "n1"}))));
+        track_pending(&mut pending, &reader, changed(&["ns/a", "ns/gone"]));
+        assert!(pending.is_empty());
+        writer.apply_watcher_event(&WatchEvent::Apply(named("c", json!({}))));
+        let relist = informer::Changes {
+            all: true,
+            keys: HashSet::new(),
+        };
+        track_pending(&mut pending, &reader, relist);
+        assert_eq!(pending, HashSet::from(["ns/c".to_string()]));
+    }
 }
