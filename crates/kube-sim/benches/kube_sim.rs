@@ -3,16 +3,17 @@
 //!
 //! Run with `cargo bench -p kube-sim` (all) or `cargo bench -p kube-sim -- NAME`
 //! where NAME selects `memory`, `writes-inproc`, `writes-http` (`writes` for
-//! both) or `fanout`. Rows print as Markdown.
+//! both), `fanout` or `kubelet`. Rows print as Markdown.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams, WatchEvent, WatchParams};
-use kube_sim::KubeSim;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube_sim::{KubeSim, KubeletConfig};
+use serde_json::json;
 
 fn configmap(name: &str, payload: &str) -> ConfigMap {
     let mut cm = ConfigMap::default();
@@ -240,6 +241,100 @@ async fn fanout() {
     sim.shutdown().await;
 }
 
+/// User plus system CPU seconds of this process so far, from
+/// `/proc/self/stat` (fields 14 and 15, in USER_HZ ticks, 100 on Linux).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) may hold spaces; count fields after it.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // After ')' the first field is field 3 (state), so utime (14) is index 11.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// The simulated kubelet under a controller that labels every Node: 2,000
+/// Nodes with one running pod each, then 2,000 sequential Node label
+/// patches. Reports the patch rate and the process's CPU time over the patch
+/// phase plus one second for the kubelet loops to catch up.
+async fn kubelet() {
+    let count = 2_000;
+    let sim = KubeSim::builder()
+        .kubelet(KubeletConfig::default())
+        .start()
+        .await
+        .expect("start");
+    let nodes: Api<Node> = Api::all(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let started = Instant::now();
+    for i in 0..count {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": format!("node-{i:05}")},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}},
+        }))
+        .expect("node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("create node");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("plugin-{i:05}")},
+            "spec": {
+                "nodeName": format!("node-{i:05}"),
+                "containers": [{"name": "plugin", "image": "registry.example/plugin:1"}],
+            },
+        }))
+        .expect("pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+    loop {
+        let list = pods.list(&ListParams::default()).await.expect("list");
+        let running = list
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == count {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1800),
+            "only {running} of {count} pods Running"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let setup = started.elapsed();
+    let cpu_before = cpu_seconds();
+    let patching = Instant::now();
+    for i in 0..count {
+        let patch = json!({"metadata": {"labels": {"gpufleet.dev/labelled": "yes"}}});
+        nodes
+            .patch(
+                &format!("node-{i:05}"),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .expect("label node");
+    }
+    let elapsed = patching.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cpu = cpu_seconds() - cpu_before;
+    println!(
+        "| kubelet on: {count} Node label patches (sequential) over {count} Nodes + {count} Running pods | {:.0} patches/s; {cpu:.2} s CPU over the patches + 1 s | | setup (create all, wait Running) {:.1} s |",
+        count as f64 / elapsed.as_secs_f64(),
+        setup.as_secs_f64()
+    );
+    sim.shutdown().await;
+}
+
 fn main() {
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -262,5 +357,8 @@ fn main() {
     }
     if wanted("fanout") {
         runtime.block_on(fanout());
+    }
+    if wanted("kubelet") {
+        runtime.block_on(kubelet());
     }
 }

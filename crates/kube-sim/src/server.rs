@@ -155,7 +155,7 @@ impl KubeSimBuilder {
         });
         let client = kube::Client::new(app, self.default_namespace.clone());
         // exec + kubelet: the simulated kubelet and scheduler use the in-process client
-        crate::kubelet::spawn(client.clone(), self.kubelet, store.shutdown.clone());
+        crate::kubelet::spawn(client.clone(), self.kubelet, store.clone());
         tracing::debug!(url = %format!("http://{local}"), "kube-sim started");
         Ok(KubeSim {
             store,

@@ -39,10 +39,15 @@ impl Ipv4Pool {
 
     /// The next free address after the last one handed out.
     pub fn allocate(&mut self, in_use: &HashSet<Ipv4Addr>) -> Option<Ipv4Addr> {
+        self.allocate_unless(|ip| in_use.contains(ip))
+    }
+
+    /// The next address after the last one handed out for which `used` is false.
+    pub fn allocate_unless(&mut self, used: impl Fn(&Ipv4Addr) -> bool) -> Option<Ipv4Addr> {
         for _ in 0..self.size {
             let ip = Ipv4Addr::from(self.first + self.cursor);
             self.cursor = (self.cursor + 1) % self.size.max(1);
-            if !in_use.contains(&ip) {
+            if !used(&ip) {
                 return Some(ip);
             }
         }

@@ -30,8 +30,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+
+use crate::store::Store;
+use informer::Subscriber;
 
 /// Label or annotation that turns the simulation off for one Node.
 pub const SIMULATED: &str = "kube-sim.gpufleet.dev/simulated";
@@ -83,55 +84,67 @@ impl KubeletConfig {
     }
 }
 
-/// Starts the simulation's controllers; they stop when `shutdown` fires.
-pub(crate) fn spawn(client: kube::Client, config: KubeletConfig, shutdown: CancellationToken) {
+/// Starts the simulation's controllers; they stop when the store shuts down.
+pub(crate) fn spawn(client: kube::Client, config: KubeletConfig, store: Arc<Store>) {
     if !config.enabled {
         return;
     }
-    let scheduler_wake = Arc::new(Notify::new());
-    let kubelet_wake = Arc::new(Notify::new());
-    let nodes_wake = Arc::new(Notify::new());
-    let services_wake = Arc::new(Notify::new());
+    let shutdown = store.shutdown.clone();
+    // One subscriber per loop and informer: each drains its own dirty keys.
+    let scheduler_pods = Subscriber::new();
+    let scheduler_nodes = Subscriber::new();
+    let kubelet_pods = Subscriber::new();
+    let kubelet_nodes = Subscriber::new();
+    let nodes_nodes = Subscriber::new();
+    let services_services = Subscriber::new();
     let pods = informer::start(
         Api::<Pod>::all(client.clone()),
-        vec![scheduler_wake.clone(), kubelet_wake.clone()],
+        vec![scheduler_pods.clone(), kubelet_pods.clone()],
         shutdown.clone(),
     );
     let nodes = informer::start(
         Api::<Node>::all(client.clone()),
         vec![
-            scheduler_wake.clone(),
-            kubelet_wake.clone(),
-            nodes_wake.clone(),
+            scheduler_nodes.clone(),
+            kubelet_nodes.clone(),
+            nodes_nodes.clone(),
         ],
         shutdown.clone(),
     );
     let services = informer::start(
         Api::<Service>::all(client.clone()),
-        vec![services_wake.clone()],
+        vec![services_services.clone()],
         shutdown.clone(),
     );
     tokio::spawn(scheduler::run(
         client.clone(),
-        pods.clone(),
-        nodes.clone(),
-        scheduler_wake,
+        scheduler::Watches {
+            pods: pods.clone(),
+            nodes: nodes.clone(),
+            pod_changes: scheduler_pods,
+            node_changes: scheduler_nodes,
+        },
         shutdown.clone(),
     ));
     tokio::spawn(pods::run(
         client.clone(),
         config.clone(),
-        pods,
-        nodes.clone(),
-        kubelet_wake,
+        pods::Watches {
+            pods,
+            nodes: nodes.clone(),
+            pod_changes: kubelet_pods,
+            node_changes: kubelet_nodes,
+        },
+        store.clone(),
         shutdown.clone(),
     ));
     tokio::spawn(nodes::run(
         client.clone(),
         config,
         nodes,
-        nodes_wake,
+        nodes_nodes,
+        store,
         shutdown.clone(),
     ));
-    tokio::spawn(services::run(client, services, services_wake, shutdown));
+    tokio::spawn(services::run(client, services, services_services, shutdown));
 }

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -11,27 +12,50 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::Store;
-use serde_json::{Value, json};
-use tokio::sync::Notify;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::KubeletConfig;
-use super::informer;
+use super::informer::{self, Subscriber};
 use super::ipam::Ipv4Pool;
 use super::lifecycle::{self, Behaviour, PodRun, RestartPolicy};
-use super::node::{self, is_simulated};
+use super::node::is_simulated;
 
 const FINAL_DELETE_ATTEMPTS: u32 = 5;
+
+/// How soon a pod whose status write failed is synced again.
+const RETRY: Duration = Duration::from_millis(200);
+
+/// The caches and change feeds the pod loop follows.
+pub(crate) struct Watches {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub pod_changes: Arc<Subscriber>,
+    pub node_changes: Arc<Subscriber>,
+}
 
 struct Kubelet {
     client: kube::Client,
     config: KubeletConfig,
+    store: Arc<crate::store::Store>,
     runs: HashMap<String, PodRun>,
     /// uid -> resourceVersion our last status write produced, so a cache
     /// that has not caught up yet is not mistaken for drift.
     written: HashMap<String, u64>,
     stopping: HashSet<String>,
     pod_ips: Ipv4Pool,
+    /// Addresses held by `runs`, so a new pod's address needs no scan.
+    pod_ips_in_use: HashSet<Ipv4Addr>,
+    /// Every cached Node by name: its host IP if it is simulated and has
+    /// one, else None. Updated from changed Nodes only.
+    node_hosts: HashMap<String, Option<String>>,
+    /// Pod key -> (uid, node name) as last synced, to forget a pod's state
+    /// when it goes and to find the pods of a changed Node.
+    pods_seen: HashMap<String, (Option<String>, Option<String>)>,
+    /// Node name -> keys of the pods bound to it.
+    by_node: HashMap<String, HashSet<String>>,
+    /// Pod key -> when its next timed change (exit, restart) is due.
+    due: HashMap<String, Timestamp>,
 }
 
 fn containers(pod: &Pod, init: bool) -> Vec<(String, String)> {
@@ -47,27 +71,72 @@ fn containers(pod: &Pod, init: bool) -> Vec<(String, String)> {
         .collect()
 }
 
+fn bound_node(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+}
+
+/// What the pod loop needs of a Node: its InternalIP when it is simulated.
+fn host_ip(node: &Node) -> Option<String> {
+    // Only the metadata is serialised: the opt-out check reads labels and
+    // annotations as JSON, the address is read typed.
+    let metadata = serde_json::to_value(&node.metadata).ok()?;
+    if !is_simulated(&metadata) {
+        return None;
+    }
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.clone())
+}
+
 pub(crate) async fn run(
     client: kube::Client,
     config: KubeletConfig,
-    pods: Store<Pod>,
-    nodes: Store<Node>,
-    wake: Arc<Notify>,
+    watches: Watches,
+    store: Arc<crate::store::Store>,
     shutdown: CancellationToken,
 ) {
+    let Watches {
+        pods,
+        nodes,
+        pod_changes,
+        node_changes,
+    } = watches;
     if !informer::ready(&pods, &shutdown).await || !informer::ready(&nodes, &shutdown).await {
         return;
     }
     let mut kubelet = Kubelet {
         client,
         config,
+        store,
         runs: HashMap::new(),
         written: HashMap::new(),
         stopping: HashSet::new(),
         pod_ips: Ipv4Pool::new(Ipv4Addr::new(10, 244, 0, 0), 16, 2),
+        pod_ips_in_use: HashSet::new(),
+        node_hosts: HashMap::new(),
+        pods_seen: HashMap::new(),
+        by_node: HashMap::new(),
+        due: HashMap::new(),
     };
+    let mut first = true;
     loop {
-        let next = kubelet.pass(&pods, &nodes, &shutdown).await;
+        let mut pod_delta = pod_changes.take();
+        let mut node_delta = node_changes.take();
+        // The first pass looks at everything.
+        if std::mem::take(&mut first) {
+            pod_delta.all = true;
+            node_delta.all = true;
+        }
+        let next = kubelet
+            .pass(&pods, &nodes, pod_delta, node_delta, &shutdown)
+            .await;
         let sleep = match next {
             Some(at) => {
                 let wait = at.duration_since(Timestamp::now());
@@ -77,74 +146,169 @@ pub(crate) async fn run(
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = wake.notified() => informer::coalesce().await,
+            _ = pod_changes.notified() => informer::coalesce().await,
+            _ = node_changes.notified() => informer::coalesce().await,
             _ = tokio::time::sleep(sleep) => {}
         }
     }
 }
 
 impl Kubelet {
-    /// One reconcile of every pod on a simulated node; returns when the
-    /// next timed change is due.
+    /// Brings `node_hosts` up to date; returns the Nodes whose existence or
+    /// host IP changed (a label patch changes neither).
+    fn update_nodes(&mut self, nodes: &Store<Node>, delta: informer::Changes) -> Vec<String> {
+        let mut changed = Vec::new();
+        if delta.all {
+            let fresh: HashMap<String, Option<String>> = nodes
+                .state()
+                .iter()
+                .filter_map(|n| Some((n.metadata.name.clone()?, host_ip(n))))
+                .collect();
+            changed.extend(
+                fresh
+                    .iter()
+                    .filter(|(name, ip)| self.node_hosts.get(*name) != Some(*ip))
+                    .map(|(name, _)| name.clone()),
+            );
+            changed.extend(
+                self.node_hosts
+                    .keys()
+                    .filter(|name| !fresh.contains_key(*name))
+                    .cloned(),
+            );
+            self.node_hosts = fresh;
+            return changed;
+        }
+        for name in delta.keys {
+            let now = informer::get(nodes, &name).map(|n| host_ip(&n));
+            let before = match &now {
+                Some(ip) => self.node_hosts.insert(name.clone(), ip.clone()),
+                None => self.node_hosts.remove(&name),
+            };
+            if before != now {
+                changed.push(name);
+            }
+        }
+        changed
+    }
+
+    /// One reconcile of the pods that changed, are due, or sit on a Node
+    /// that changed; returns when the next timed change is due.
     async fn pass(
         &mut self,
         pods: &Store<Pod>,
         nodes: &Store<Node>,
+        pod_delta: informer::Changes,
+        node_delta: informer::Changes,
         shutdown: &CancellationToken,
     ) -> Option<Timestamp> {
-        let host_ips: BTreeMap<String, String> = nodes
-            .state()
-            .iter()
-            .filter_map(|n| {
-                let value = serde_json::to_value(n.as_ref()).ok()?;
-                if !is_simulated(value.get("metadata").unwrap_or(&Value::Null)) {
-                    return None;
-                }
-                let ip = node::internal_ip(&value)?;
-                Some((n.metadata.name.clone()?, ip))
-            })
-            .collect();
-        let all = pods.state();
-        let live: HashSet<String> = all.iter().filter_map(|p| p.metadata.uid.clone()).collect();
-        self.runs.retain(|uid, _| live.contains(uid));
-        self.written.retain(|uid, _| live.contains(uid));
-        self.stopping.retain(|uid| live.contains(uid));
-        let known_nodes: HashSet<String> = nodes
-            .state()
-            .iter()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
-        let mut next: Option<Timestamp> = None;
-        for pod in &all {
-            let node_name = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .filter(|n| !n.is_empty());
-            // Like the pod garbage collector: a deleting pod bound to a node
-            // that does not exist has no kubelet to finish it.
-            if let Some(node_name) = node_name
-                && !known_nodes.contains(node_name)
-                && pod.metadata.deletion_timestamp.is_some()
-                && let Some(uid) = pod.metadata.uid.clone()
-                && self.stopping.insert(uid.clone())
-            {
-                let api = Api::namespaced(
-                    self.client.clone(),
-                    pod.metadata.namespace.as_deref().unwrap_or_default(),
-                );
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                self.finish_deletion(api, name, uid, shutdown.clone());
-                continue;
-            }
-            let Some(host_ip) = node_name.and_then(|n| host_ips.get(n)) else {
-                continue;
-            };
-            if let Some(due) = self.sync_pod(pod, host_ip, shutdown).await {
-                next = Some(next.map_or(due, |n| n.min(due)));
+        let mut keys: HashSet<String> = HashSet::new();
+        for node in self.update_nodes(nodes, node_delta) {
+            keys.extend(self.by_node.get(&node).into_iter().flatten().cloned());
+        }
+        if pod_delta.all {
+            // Remembered pods too, so ones deleted while the watch was down
+            // are forgotten.
+            keys.extend(pods.state().iter().map(|p| informer::key_of(p.as_ref())));
+            keys.extend(self.pods_seen.keys().cloned());
+        } else {
+            keys.extend(pod_delta.keys);
+        }
+        let now = Timestamp::now();
+        keys.extend(
+            self.due
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(k, _)| k.clone()),
+        );
+        for key in keys {
+            self.sync_key(&key, pods, shutdown).await;
+        }
+        self.due.values().min().copied()
+    }
+
+    /// Drops what this kubelet holds for a pod uid that is gone.
+    fn forget_uid(&mut self, uid: &str) {
+        if let Some(run) = self.runs.remove(uid)
+            && let Ok(ip) = run.pod_ip.parse()
+        {
+            self.pod_ips_in_use.remove(&ip);
+        }
+        self.written.remove(uid);
+        self.stopping.remove(uid);
+    }
+
+    fn unindex(&mut self, key: &str, node: Option<&String>) {
+        if let Some(node) = node
+            && let Some(keys) = self.by_node.get_mut(node)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_node.remove(node);
             }
         }
-        next
+    }
+
+    /// Records what the cache holds under `key` (forgetting a pod that went
+    /// or was replaced) and syncs it.
+    async fn sync_key(&mut self, key: &str, pods: &Store<Pod>, shutdown: &CancellationToken) {
+        self.store
+            .stats
+            .kubelet_pod_syncs
+            .fetch_add(1, Ordering::Relaxed);
+        self.due.remove(key);
+        let pod = informer::get(pods, key);
+        let seen = pod
+            .as_ref()
+            .map(|p| (p.metadata.uid.clone(), bound_node(p)));
+        let before = match &seen {
+            Some(seen) => self.pods_seen.insert(key.to_string(), seen.clone()),
+            None => self.pods_seen.remove(key),
+        };
+        if let Some((old_uid, old_node)) = before {
+            let (uid, node) = seen.clone().unwrap_or_default();
+            if old_node != node {
+                self.unindex(key, old_node.as_ref());
+            }
+            if let Some(old_uid) = old_uid
+                && uid.as_ref() != Some(&old_uid)
+            {
+                self.forget_uid(&old_uid);
+            }
+        }
+        let Some(pod) = pod else {
+            return;
+        };
+        let node_name = bound_node(&pod);
+        if let Some(node) = &node_name {
+            self.by_node
+                .entry(node.clone())
+                .or_default()
+                .insert(key.to_string());
+        }
+        // Like the pod garbage collector: a deleting pod bound to a node
+        // that does not exist has no kubelet to finish it.
+        if let Some(node_name) = &node_name
+            && !self.node_hosts.contains_key(node_name)
+            && pod.metadata.deletion_timestamp.is_some()
+            && let Some(uid) = pod.metadata.uid.clone()
+            && self.stopping.insert(uid.clone())
+        {
+            let api = Api::namespaced(
+                self.client.clone(),
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+            );
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            self.finish_deletion(api, name, uid, shutdown.clone());
+            return;
+        }
+        let Some(Some(host_ip)) = node_name.as_ref().and_then(|n| self.node_hosts.get(n)) else {
+            return;
+        };
+        let host_ip = host_ip.clone();
+        if let Some(at) = self.sync_pod(&pod, &host_ip, shutdown).await {
+            self.due.insert(key.to_string(), at);
+        }
     }
 
     async fn sync_pod(
@@ -170,16 +334,11 @@ impl Kubelet {
         }
         let now = Timestamp::now();
         if !self.runs.contains_key(&uid) {
-            let in_use: HashSet<Ipv4Addr> = self
-                .runs
-                .values()
-                .filter_map(|r| r.pod_ip.parse().ok())
-                .collect();
-            let pod_ip = self
-                .pod_ips
-                .allocate(&in_use)
-                .map(|ip| ip.to_string())
-                .unwrap_or_default();
+            let allocated = self.pod_ips.allocate(&self.pod_ips_in_use);
+            if let Some(ip) = allocated {
+                self.pod_ips_in_use.insert(ip);
+            }
+            let pod_ip = allocated.map(|ip| ip.to_string()).unwrap_or_default();
             let run = PodRun::start(&containers(pod, false), now, pod_ip, host_ip.to_string());
             self.runs.insert(uid.clone(), run);
         }
@@ -198,7 +357,7 @@ impl Kubelet {
         let policy =
             RestartPolicy::parse(pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()));
         let run = self.runs.get_mut(&uid)?;
-        let due = lifecycle::advance(run, &behaviours, policy, self.config.restart_delay, now);
+        let mut due = lifecycle::advance(run, &behaviours, policy, self.config.restart_delay, now);
         let current = pod
             .status
             .as_ref()
@@ -229,8 +388,14 @@ impl Kubelet {
                         .unwrap_or(0);
                     self.written.insert(uid, new_rv);
                 }
-                // A conflict means a newer pod is on its way through the watch.
-                Err(e) => tracing::debug!(pod = %name, error = %e, "pod status write failed"),
+                // A conflict means a newer pod is on its way through the
+                // watch; any other failure has no event to bring the pod
+                // back, so it is synced again shortly either way.
+                Err(e) => {
+                    tracing::debug!(pod = %name, error = %e, "pod status write failed");
+                    let retry_at = now + RETRY;
+                    due = Some(due.map_or(retry_at, |d| d.min(retry_at)));
+                }
             }
         }
         due

@@ -2,7 +2,7 @@
 //! fitting nodes through `pods/{name}/binding`, or marks them
 //! `PodScheduled=False` / `Unschedulable` with kube-scheduler's message.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -11,11 +11,10 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::fit::{self, Candidate, PODS, Resources};
-use super::informer;
+use super::informer::{self, Subscriber};
 use super::lifecycle::format_time;
 
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
@@ -80,18 +79,48 @@ fn scheduled_condition(pod: &Pod) -> Option<(String, Option<String>, Option<Stri
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-pub(crate) async fn run(
-    client: kube::Client,
-    pods: Store<Pod>,
-    nodes: Store<Node>,
-    wake: Arc<Notify>,
-    shutdown: CancellationToken,
-) {
+/// The caches and change feeds the scheduler follows.
+pub(crate) struct Watches {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub pod_changes: Arc<Subscriber>,
+    pub node_changes: Arc<Subscriber>,
+}
+
+/// Brings the set of pods that want scheduling (by cache key) up to date
+/// with what changed, so an idle scheduler need not scan every pod.
+fn track_pending(pending: &mut HashSet<String>, pods: &Store<Pod>, changes: informer::Changes) {
+    if changes.all {
+        pending.clear();
+        pending.extend(
+            pods.state()
+                .iter()
+                .filter(|p| wants_scheduling(p))
+                .map(|p| informer::key_of(p.as_ref())),
+        );
+        return;
+    }
+    for key in changes.keys {
+        match informer::get(pods, &key) {
+            Some(pod) if wants_scheduling(&pod) => pending.insert(key),
+            _ => pending.remove(&key),
+        };
+    }
+}
+
+pub(crate) async fn run(client: kube::Client, watches: Watches, shutdown: CancellationToken) {
+    let Watches {
+        pods,
+        nodes,
+        pod_changes,
+        node_changes,
+    } = watches;
     if !informer::ready(&pods, &shutdown).await || !informer::ready(&nodes, &shutdown).await {
         return;
     }
     // Pods bound but not yet seen bound in the cache: uid -> (node, requests).
     let mut assumed: HashMap<String, (String, Resources)> = HashMap::new();
+    let mut pending: HashSet<String> = HashSet::new();
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -99,11 +128,26 @@ pub(crate) async fn run(
             instance: None,
         },
     );
+    let mut first = true;
     loop {
-        schedule_pass(&client, &recorder, &pods, &nodes, &mut assumed).await;
+        let mut pod_delta = pod_changes.take();
+        // The first pass looks at every pod.
+        pod_delta.all |= std::mem::take(&mut first);
+        // Node changes matter only to pods still waiting for a node; the
+        // keys are drained so they do not pile up.
+        node_changes.take();
+        track_pending(&mut pending, &pods, pod_delta);
+        if pending.is_empty() {
+            // Nothing waits, so no usage recount over all pods; every
+            // assumed pod has been seen bound (or is gone).
+            assumed.clear();
+        } else {
+            schedule_pass(&client, &recorder, &pods, &nodes, &mut assumed).await;
+        }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = wake.notified() => informer::coalesce().await,
+            _ = pod_changes.notified() => informer::coalesce().await,
+            _ = node_changes.notified() => informer::coalesce().await,
         }
     }
 }
@@ -307,5 +351,37 @@ mod tests {
         assert_eq!(used["n1"]["nvidia.com/gpu"], 2000);
         assert_eq!(used["n1"][PODS], 1000);
         assert_eq!(used.len(), 1);
+    }
+
+    #[test]
+    fn the_pending_set_follows_changed_pods_and_a_relist_rebuilds_it() {
+        use kube::runtime::watcher::Event as WatchEvent;
+        let (reader, mut writer) = kube::runtime::reflector::store::<Pod>();
+        let named = |name: &str, spec: Value| {
+            let mut p = pod(spec);
+            p.metadata.name = Some(name.into());
+            p.metadata.namespace = Some("ns".into());
+            p
+        };
+        writer.apply_watcher_event(&WatchEvent::Apply(named("a", json!({}))));
+        writer.apply_watcher_event(&WatchEvent::Apply(named("b", json!({"nodeName": "n1"}))));
+        let mut pending = HashSet::new();
+        let changed = |keys: &[&str]| informer::Changes {
+            all: false,
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        };
+        track_pending(&mut pending, &reader, changed(&["ns/a", "ns/b"]));
+        assert_eq!(pending, HashSet::from(["ns/a".to_string()]));
+        // "a" gets bound: it leaves the set; a key no longer cached leaves too.
+        writer.apply_watcher_event(&WatchEvent::Apply(named("a", json!({"nodeName": "n1"}))));
+        track_pending(&mut pending, &reader, changed(&["ns/a", "ns/gone"]));
+        assert!(pending.is_empty());
+        writer.apply_watcher_event(&WatchEvent::Apply(named("c", json!({}))));
+        let relist = informer::Changes {
+            all: true,
+            keys: HashSet::new(),
+        };
+        track_pending(&mut pending, &reader, relist);
+        assert_eq!(pending, HashSet::from(["ns/c".to_string()]));
     }
 }

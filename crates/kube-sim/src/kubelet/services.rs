@@ -11,10 +11,9 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use serde_json::json;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::informer;
+use super::informer::{self, Subscriber};
 use super::ipam::Ipv4Pool;
 
 /// Services that need an address: not ExternalName, not headless, none yet.
@@ -29,7 +28,7 @@ pub fn needs_cluster_ip(service: &Service) -> bool {
 pub(crate) async fn run(
     client: kube::Client,
     services: Store<Service>,
-    wake: Arc<Notify>,
+    changes: Arc<Subscriber>,
     shutdown: CancellationToken,
 ) {
     if !informer::ready(&services, &shutdown).await {
@@ -37,6 +36,9 @@ pub(crate) async fn run(
     }
     let mut pool = Ipv4Pool::service_cidr();
     loop {
+        // Services are few; each pass looks at all of them, so the keys
+        // only need draining.
+        changes.take();
         let all = services.state();
         let mut in_use: HashSet<Ipv4Addr> = all
             .iter()
@@ -66,7 +68,7 @@ pub(crate) async fn run(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = wake.notified() => informer::coalesce().await,
+            _ = changes.notified() => informer::coalesce().await,
         }
     }
 }

@@ -130,6 +130,11 @@ pub struct Stats {
     /// In-stream 410 `Expired` events sent to watches that fell behind.
     pub watch_expired: AtomicU64,
     pub bookmarks: AtomicU64,
+    /// Nodes the simulated kubelet's node loop examined (status and lease),
+    /// so a test can see it looks at changed and due Nodes only.
+    pub kubelet_node_syncs: AtomicU64,
+    /// Pods the simulated kubelet's pod loop synced, likewise.
+    pub kubelet_pod_syncs: AtomicU64,
 }
 
 pub struct Store {

@@ -633,3 +633,182 @@ async fn the_binding_subresource_assigns_once_and_refuses_a_second_node() {
         .await;
     assert!(matches!(missing, Err(kube::Error::Api(s)) if s.code == 404));
 }
+
+/// Reads the simulated kubelet's node and pod sync counters once they have
+/// stopped moving, i.e. once the loops are idle.
+async fn settled_syncs(sim: &KubeSim) -> (u64, u64) {
+    use std::sync::atomic::Ordering;
+    let read = || {
+        (
+            sim.stats().kubelet_node_syncs.load(Ordering::Relaxed),
+            sim.stats().kubelet_pod_syncs.load(Ordering::Relaxed),
+        )
+    };
+    eventually("the kubelet loops to go idle", || async {
+        let before = read();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (read() == before).then_some(before)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_label_change_on_one_node_among_many_touches_only_that_node() {
+    // Leases far apart, so no renewal falls inside the measured window.
+    let config = KubeletConfig {
+        lease_renew_interval: Duration::from_secs(3600),
+        ..KubeletConfig::default()
+    };
+    let sim = KubeSim::builder().kubelet(config).start().await.unwrap();
+    let count = 60;
+    for i in 0..count {
+        create_node(&sim, &format!("fleet-{i:03}"), json!({}), json!({})).await;
+        create_pod(
+            &sim,
+            json!({"metadata": {"name": format!("plugin-{i:03}")},
+                   "spec": {"nodeName": format!("fleet-{i:03}")}}),
+        )
+        .await;
+    }
+    wait_ready(&sim, count).await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    eventually("every pod to run", || async {
+        let list = pods.list(&Default::default()).await.unwrap();
+        let running = list.items.iter().filter(|p| phase(p) == "Running").count();
+        (running == count).then_some(())
+    })
+    .await;
+    let (nodes_before, pods_before) = settled_syncs(&sim).await;
+    let writes_before = sim
+        .stats()
+        .writes
+        .load(std::sync::atomic::Ordering::Relaxed);
+
+    let nodes: Api<Node> = Api::all(sim.client());
+    nodes
+        .patch(
+            "fleet-007",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await
+        .unwrap();
+    let (nodes_after, pods_after) = settled_syncs(&sim).await;
+    let writes = sim
+        .stats()
+        .writes
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - writes_before;
+
+    // The node loop looked at the patched node, not at all 60.
+    let node_syncs = nodes_after - nodes_before;
+    assert!(
+        (1..=3).contains(&node_syncs),
+        "{node_syncs} node syncs after one label patch"
+    );
+    // A label changes neither the host IP nor the node's existence, so no pod is synced.
+    let pod_syncs = pods_after - pods_before;
+    assert!(
+        pod_syncs <= 2,
+        "{pod_syncs} pod syncs after one label patch"
+    );
+    // The patch itself, and no status or lease writes for the others.
+    assert!(writes <= 3, "{writes} writes after one label patch");
+}
+
+#[tokio::test]
+async fn a_pod_bound_to_a_node_not_yet_created_runs_once_the_node_comes() {
+    let sim = sim().await;
+    create_pod(
+        &sim,
+        json!({"metadata": {"name": "early"}, "spec": {"nodeName": "late-node"}}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(phase(&pods.get("early").await.unwrap()), "Pending");
+    create_node(&sim, "late-node", json!({}), json!({})).await;
+    let running = pod_where(&pods, "early", "the pod to run on the new node", |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(sim.client());
+    let node = nodes.get("late-node").await.unwrap();
+    let internal = node
+        .status
+        .and_then(|s| s.addresses)
+        .and_then(|a| a.into_iter().find(|a| a.type_ == "InternalIP"))
+        .map(|a| a.address);
+    assert_eq!(running.status.and_then(|s| s.host_ip), internal);
+}
+
+#[tokio::test]
+async fn deleting_the_node_of_a_deleting_pod_lets_the_pod_go() {
+    let sim = sim().await;
+    // An opted-out node: no simulated kubelet finishes its pods' deletions.
+    create_node(
+        &sim,
+        "manual",
+        json!({"kube-sim.gpufleet.dev/simulated": "false"}),
+        json!({}),
+    )
+    .await;
+    create_pod(
+        &sim,
+        json!({"metadata": {"name": "stuck"}, "spec": {"nodeName": "manual"}}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    pods.delete("stuck", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let marked = pods.get("stuck").await.unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    // With its node gone, the pod is removed as the pod GC would.
+    let nodes: Api<Node> = Api::all(sim.client());
+    nodes
+        .delete("manual", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the pod of the deleted node to go", || async {
+        pods.get_opt("stuck").await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_deleted_and_created_again_gets_a_new_lease_at_once() {
+    // Renewals an hour apart: only the new Node's uid can bring the Lease back.
+    let config = KubeletConfig {
+        lease_renew_interval: Duration::from_secs(3600),
+        ..KubeletConfig::default()
+    };
+    let sim = KubeSim::builder().kubelet(config).start().await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(sim.client(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(sim.client());
+    create_node(&sim, "phoenix", json!({}), json!({})).await;
+    eventually("the first lease", || async {
+        leases.get_opt("phoenix").await.unwrap()
+    })
+    .await;
+    // Back to back, so the loop may see both changes in one pass.
+    nodes
+        .delete("phoenix", &DeleteParams::default())
+        .await
+        .unwrap();
+    let reborn = create_node(&sim, "phoenix", json!({}), json!({})).await;
+    let lease = eventually("a lease owned by the new node", || async {
+        leases.get_opt("phoenix").await.unwrap().filter(|l| {
+            l.metadata.owner_references.as_ref().is_some_and(|o| {
+                o.iter()
+                    .any(|r| Some(&r.uid) == reborn.metadata.uid.as_ref())
+            })
+        })
+    })
+    .await;
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("phoenix")
+    );
+}
