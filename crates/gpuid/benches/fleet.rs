@@ -10,12 +10,13 @@
 //! printed next to it). The lower bound set by latency and workers is
 //! 10,000 x 20 ms / 16 = 12.5 s.
 //!
-//! kube-sim's simulated kubelet is off: the benchmark writes each pod's
-//! Running/Ready status itself. With the kubelet on, its node and scheduler
-//! controllers react to every Node patch the collector makes and, in the
-//! same process on a 2-core machine, took most of the CPU (a 600-pod dev
-//! run spent 440 ms per exec instead of 20 ms), so the figure measured
-//! kube-sim's controllers rather than the collector.
+//! By default kube-sim's simulated kubelet is off and the benchmark writes
+//! each pod's Running/Ready status itself, so the figure is the collector's.
+//! `FLEET_KUBELET=1` turns the kubelet on (it runs the pods, renews node
+//! Leases and sees every Node patch the collector makes, in the same
+//! process); the collector starts once every pod is Ready. Before the
+//! kubelet's loops became incremental they took most of the CPU here (a
+//! 600-pod dev run spent 440 ms per 20 ms exec).
 //!
 //! `cargo bench -p gpuid --bench fleet`; `FLEET_PODS=1000` for a smaller
 //! fleet; `GPUFLEET_TEST_POSTGRES_URL` (default
@@ -76,7 +77,53 @@ fn main() {
     runtime.block_on(run(pods));
 }
 
-async fn build_fleet(client: kube::Client, count: usize) {
+fn kubelet_on() -> bool {
+    match std::env::var("FLEET_KUBELET") {
+        Ok(raw) => match raw.as_str() {
+            "1" | "true" => true,
+            "0" | "false" | "" => false,
+            other => panic!("FLEET_KUBELET={other:?}: use 1 or 0"),
+        },
+        Err(_) => false,
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// Waits until the simulated kubelet reports every pod Ready.
+async fn wait_until_ready(client: kube::Client, count: usize) {
+    let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
+    let started = Instant::now();
+    loop {
+        let ready = pods
+            .list(&Default::default())
+            .await
+            .expect("list pods")
+            .items
+            .iter()
+            .filter(|pod| is_ready(pod))
+            .count();
+        if ready >= count {
+            return;
+        }
+        eprintln!(
+            "setup: {ready} of {count} pods Ready after {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn build_fleet(client: kube::Client, count: usize, kubelet: bool) {
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -106,6 +153,9 @@ async fn build_fleet(client: kube::Client, count: usize) {
                 }))
                 .expect("pod");
                 pod_api.create(&PostParams::default(), &pod).await?;
+                if kubelet {
+                    return Ok(());
+                }
                 // What the kubelet would report for a started device plugin.
                 let status = json!({"status": {
                     "phase": "Running",
@@ -181,15 +231,23 @@ async fn run(count: usize) {
             ExecOutput::stdout(xml)
         }
     };
+    let kubelet = kubelet_on();
     let sim = KubeSim::builder()
         .watch_history(4 * count + 1000)
-        .kubelet(KubeletConfig::disabled())
+        .kubelet(if kubelet {
+            KubeletConfig::default()
+        } else {
+            KubeletConfig::disabled()
+        })
         .exec_handler(ExecMatcher::any().container(CONTAINER), handler)
         .start()
         .await
         .expect("kube-sim");
     let setup_started = Instant::now();
-    build_fleet(sim.client(), count).await;
+    build_fleet(sim.client(), count, kubelet).await;
+    if kubelet {
+        wait_until_ready(sim.client(), count).await;
+    }
     let setup_time = setup_started.elapsed();
     let rss_before = mib(status_kib("VmRSS:"));
     eprintln!(
@@ -293,7 +351,8 @@ async fn run(count: usize) {
 
     let bound = latency.as_secs_f64() * count as f64 / WORKERS as f64;
     println!(
-        "| fleet collect to PostgreSQL | {count} pods, {} ms exec, {WORKERS} workers | {:.2} s to {gpus} rows = {gpus} distinct UUIDs | bound {bound:.1} s | peak RSS {peak:.0} MiB ({rss_before:.0} MiB before the collector started; kube-sim in process) | setup {:.1} s |",
+        "| fleet collect to PostgreSQL{} | {count} pods, {} ms exec, {WORKERS} workers | {:.2} s to {gpus} rows = {gpus} distinct UUIDs | bound {bound:.1} s | peak RSS {peak:.0} MiB ({rss_before:.0} MiB before the collector started; kube-sim in process) | setup {:.1} s |",
+        if kubelet { ", kubelet on" } else { "" },
         latency.as_millis(),
         elapsed.as_secs_f64(),
         setup_time.as_secs_f64(),
