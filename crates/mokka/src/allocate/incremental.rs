@@ -225,6 +225,17 @@ struct Edits<T> {
     insert: Vec<T>,
 }
 
+impl<T> Edits<T> {
+    /// The removals or the insertions.
+    fn side(&mut self, removing: bool) -> &mut Vec<T> {
+        if removing {
+            &mut self.remove
+        } else {
+            &mut self.insert
+        }
+    }
+}
+
 impl<T> Default for Edits<T> {
     fn default() -> Self {
         Self {
@@ -1157,28 +1168,19 @@ fn emit_difference(
                   reason: &Option<ReleaseReason>| {
         !list.iter().any(|(b, r)| b == binding && r == reason)
     };
-    for (binding, reason) in &old.bindings {
-        if absent(&new.bindings, binding, reason) {
-            match reason {
-                None => {
-                    out.retained.remove.push(binding.clone());
-                    out.desired.remove.push(binding.clone());
-                }
-                Some(reason) => out.released.remove.push(Release {
-                    binding: binding.clone(),
-                    reason: *reason,
-                }),
+    // Bindings only the old state has leave the plan; those only the new
+    // state has enter it.
+    for (from, to, removing) in [(old, new, true), (new, old, false)] {
+        for (binding, reason) in &from.bindings {
+            if !absent(&to.bindings, binding, reason) {
+                continue;
             }
-        }
-    }
-    for (binding, reason) in &new.bindings {
-        if absent(&old.bindings, binding, reason) {
             match reason {
                 None => {
-                    out.retained.insert.push(binding.clone());
-                    out.desired.insert.push(binding.clone());
+                    out.retained.side(removing).push(binding.clone());
+                    out.desired.side(removing).push(binding.clone());
                 }
-                Some(reason) => out.released.insert.push(Release {
+                Some(reason) => out.released.side(removing).push(Release {
                     binding: binding.clone(),
                     reason: *reason,
                 }),
