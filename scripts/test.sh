@@ -39,17 +39,36 @@ moto_up || {
   exit 1
 }
 export GPUFLEET_TEST_S3_ENDPOINT="http://127.0.0.1:$moto_port"
-if ! pg_isready -q -h 127.0.0.1 -p 5432; then
-  if [ -d /etc/postgresql ]; then
-    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start >/dev/null 2>&1 || true
-  fi
-  for _ in $(seq 1 50); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.2; done
-fi
-pg_isready -q -h 127.0.0.1 -p 5432 || {
-  echo "test.sh: PostgreSQL does not answer on 127.0.0.1:5432 (install postgresql and start its main cluster)" >&2
-  exit 1
-}
+# PostgreSQL, unless GPUFLEET_TEST_POSTGRES_URL names a server of the
+# caller's: installed from Debian's packages on a machine that lacks it (first
+# run only), its newest cluster given trust authentication for the postgres
+# role on loopback (the exporter tests connect so, without a password), then
+# started, or reloaded when it already runs.
 if [ -z "${GPUFLEET_TEST_POSTGRES_URL:-}" ]; then
+  if ! compgen -G "/etc/postgresql/*/main" >/dev/null || ! command -v pg_ctlcluster >/dev/null; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "test.sh: PostgreSQL is not installed and this is not root: run 'apt-get install -y postgresql' as root, or set GPUFLEET_TEST_POSTGRES_URL to a server's URL" >&2
+      exit 1
+    fi
+    echo "test.sh: installing PostgreSQL from Debian's packages (first run on this machine, about a minute)" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  fi
+  pg_version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  hba="/etc/postgresql/$pg_version/main/pg_hba.conf"
+  if [ -w "$hba" ] && ! grep -q '^# gpufleet test.sh' "$hba"; then
+    # pg_hba.conf is read top down and the first match wins: these go first.
+    sed -i '1i # gpufleet test.sh: the tests connect as postgres over loopback without a password\nhost all postgres 127.0.0.1/32 trust\nhost all postgres ::1/128 trust' "$hba"
+    pg_ctlcluster --skip-systemctl-redirect "$pg_version" main reload >/dev/null 2>&1 || true
+  fi
+  if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    pg_ctlcluster --skip-systemctl-redirect "$pg_version" main start >/dev/null 2>&1 || true
+    for _ in $(seq 1 100); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.2; done
+  fi
+  pg_isready -q -h 127.0.0.1 -p 5432 || {
+    echo "test.sh: PostgreSQL $pg_version does not answer on 127.0.0.1:5432 (logs: /var/log/postgresql/)" >&2
+    exit 1
+  }
   # The default URL's database; created once if missing.
   psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" | grep -q 1 \
     || createdb -h 127.0.0.1 -U postgres test
@@ -58,6 +77,7 @@ fi
 # --- end services ---
 
 if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "test.sh: installing cargo-nextest from crates.io (first run on this machine, a few minutes)" >&2
   cargo install --locked cargo-nextest
 fi
 # Not exec: the EXIT trap above must still stop the services.
