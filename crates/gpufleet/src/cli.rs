@@ -72,6 +72,37 @@ pub struct ParseArgs {
 pub enum SimCommand {
     /// Serve kube-sim on 127.0.0.1 until SIGINT or SIGTERM.
     Serve(ServeArgs),
+    /// Replay the differential corpus against kube-sim and a real
+    /// kube-apiserver and print the agreement table; exits 1 when any
+    /// scenario differs without a written reason or fails to run.
+    Diff(DiffArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Kubeconfig of the real API server to compare with (admin rights: the
+    /// corpus creates namespaces and CRDs). Without it the corpus is only
+    /// replayed against kube-sim, to check that it runs.
+    #[arg(long, env = "GPUFLEET_DIFF_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// A corpus directory instead of the one built in.
+    #[arg(long)]
+    pub corpus: Option<PathBuf>,
+    /// Only scenarios whose name contains this text.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Output: the table, or the results as JSON.
+    #[arg(short = 'o', long, value_enum, default_value_t = DiffOutput::Table)]
+    pub output: DiffOutput,
+    /// One line per scenario, without the differences.
+    #[arg(long)]
+    pub brief: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiffOutput {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Args)]

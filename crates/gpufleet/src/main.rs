@@ -27,6 +27,15 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             cli::Command::Sim(cli::SimCommand::Serve(args)) => sim::serve(args).await,
+            cli::Command::Sim(cli::SimCommand::Diff(args)) => {
+                return sim::diff(args).await.map(|agrees| {
+                    if agrees {
+                        std::process::ExitCode::SUCCESS
+                    } else {
+                        std::process::ExitCode::FAILURE
+                    }
+                });
+            }
             cli::Command::Crds(args) => commands::print_crds(args.set),
             cli::Command::Gpuid(cli::GpuidCommand::Parse(args)) => {
                 commands::gpuid_parse(&args.file)

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 
-use crate::cli::ServeArgs;
+use crate::cli::{DiffArgs, DiffOutput, ServeArgs};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let sim = kube_sim::KubeSim::builder()
@@ -40,4 +40,39 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT"),
         _ = term.recv() => Ok(()),
     }
+}
+
+/// `gpufleet sim diff`: the corpus against an in-process kube-sim and, with
+/// a kubeconfig, a real server. Ok(false) when they do not agree.
+pub async fn diff(args: DiffArgs) -> anyhow::Result<bool> {
+    use kube_sim::differential::{Corpus, compare_servers};
+    let corpus = match &args.corpus {
+        Some(dir) => Corpus::load(dir),
+        None => Corpus::embedded(),
+    }
+    .context("loading the differential corpus")?;
+    let real = match &args.kubeconfig {
+        Some(path) => Some(kube_sim::lane::client_from_kubeconfig(path).await?),
+        None => None,
+    };
+    let sim = kube_sim::KubeSim::builder()
+        .start()
+        .await
+        .context("starting kube-sim")?;
+    let report = compare_servers(
+        &corpus,
+        &sim.client(),
+        real.as_ref(),
+        args.filter.as_deref(),
+    )
+    .await;
+    sim.shutdown().await;
+    match args.output {
+        DiffOutput::Table => print!("{}", report.table(args.brief)),
+        DiffOutput::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        ),
+    }
+    Ok(report.agrees())
 }

@@ -18,11 +18,13 @@
 
 pub mod apply;
 mod crd;
+pub mod differential;
 mod error;
 // exec + kubelet: simulated pods/exec and KWOK-like kubelet/scheduler
 pub mod exec;
 mod http;
 pub mod kubelet;
+pub mod lane;
 mod metrics;
 mod names;
 mod object;

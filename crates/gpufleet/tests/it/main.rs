@@ -3,6 +3,7 @@
 mod commands;
 mod deploy_manifests;
 mod gpuid_run;
+mod helm_e2e;
 mod mokka_crds;
 mod sim_serve;
 mod support;

@@ -1,5 +1,6 @@
-//! The collector end to end on kube-sim: device-plugin pods on simulated GPU
-//! nodes whose nvidia-smi serves the fixture captures.
+//! The collector end to end, on kube-sim or (GPUFLEET_TEST_CLUSTER=real) on
+//! the real control plane with deploy/gpuid's RBAC: device-plugin pods on
+//! GPU nodes whose nvidia-smi serves the fixture captures.
 
 use std::time::Duration;
 
@@ -84,7 +85,7 @@ async fn collects_every_node_labels_it_and_a_restart_exports_nothing_new() {
 
     let (status, body) = replica.readyz().await;
     assert_eq!(status, 200, "{body}");
-    let execs_before = fleet.execs.load(std::sync::atomic::Ordering::SeqCst);
+    let execs_before = fleet.exec_count();
     replica.stop().await;
 
     // A new process: no memory, same Nodes. It collects again (it cannot
@@ -104,10 +105,7 @@ async fn collects_every_node_labels_it_and_a_restart_exports_nothing_new() {
         fleet.annotation("gpu-h100", "inventory-hash").await,
         Some(h100_hash)
     );
-    assert_eq!(
-        fleet.execs.load(std::sync::atomic::Ordering::SeqCst),
-        execs_before + 2
-    );
+    assert_eq!(fleet.exec_count(), execs_before + 2);
     restarted.stop().await;
 }
 
@@ -276,7 +274,7 @@ async fn a_follower_serves_readiness_but_never_execs_or_writes() {
     fleet.answer("gpu-1", Answer::Xml(capture("hardware/a100.xml", "f")));
     fleet.add_plugin_pod("plugin-1", "gpu-1").await;
     // Another replica holds the Lease.
-    let leases: Api<Lease> = Api::namespaced(fleet.client.clone(), NAMESPACE);
+    let leases: Api<Lease> = Api::namespaced(fleet.client.clone(), LEASE_NAMESPACE);
     let now = jiff::Timestamp::now().to_string();
     let lease = serde_json::from_value(json!({
         "metadata": {"name": "gpuid-leader"},
@@ -285,7 +283,7 @@ async fn a_follower_serves_readiness_but_never_execs_or_writes() {
     }))
     .unwrap();
     leases.create(&PostParams::default(), &lease).await.unwrap();
-    let mut election = LeaderElectionConfig::new(NAMESPACE, "gpuid-leader");
+    let mut election = LeaderElectionConfig::new(LEASE_NAMESPACE, "gpuid-leader");
     election.retry_period = Duration::from_millis(200);
     election.renew_deadline = Duration::from_millis(500);
     // Long enough that the silent holder does not expire during the test.
@@ -298,7 +296,7 @@ async fn a_follower_serves_readiness_but_never_execs_or_writes() {
     let (status, body) = replica.readyz().await;
     assert_eq!(status, 200, "a standby is ready: {body}");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(fleet.execs.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(fleet.exec_count(), 0);
     assert!(fleet.node_labels("gpu-1").await.is_empty());
     assert!(replica.buffer.lines().is_empty());
     replica.stop().await;

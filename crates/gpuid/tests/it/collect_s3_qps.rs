@@ -104,7 +104,7 @@ async fn the_rate_limited_client_paces_requests_to_kube_sim_and_still_execs() {
     fleet.add_node("gpu-1").await;
     fleet.answer("gpu-1", Answer::Xml(capture("hardware/a100.xml", "qps")));
     fleet.add_plugin_pod("plugin-1", "gpu-1").await;
-    let config = kube::Config::new(fleet.sim.url().parse().unwrap());
+    let config = kube::Config::new(fleet.sim().url().parse().unwrap());
     // 4 per second after a burst of 2: 10 requests need at least 2 s.
     let client = rate_limited_client(config, 4.0, 2).unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());

@@ -1,5 +1,14 @@
-//! A simulated GPU fleet on kube-sim for the collector tests: GPU nodes,
-//! device-plugin pods, and an exec handler serving fixture captures.
+//! A simulated GPU fleet for the collector tests: GPU nodes, device-plugin
+//! pods, and nvidia-smi answering with fixture captures.
+//!
+//! On the default lane the fleet is kube-sim with an exec handler. With
+//! `GPUFLEET_TEST_CLUSTER=real` it is the real control plane of
+//! `scripts/real-cluster.sh`: the Nodes are KWOK's fake Nodes, each
+//! device-plugin pod gets a KWOK `Exec` that runs the lane's nvidia-smi shim
+//! with the pod's Node name, the shim prints `<exec dir>/<node>.xml` (hangs
+//! while `<node>.hang` exists) and appends a line to `<node>.log` per call,
+//! and the collector runs with the restricted kubeconfig of deploy/gpuid's
+//! ServiceAccount, so its RBAC is what a cluster enforces.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,6 +33,10 @@ pub const NAMESPACE: &str = "gpu-operator";
 pub const CONTAINER: &str = "nvidia-device-plugin";
 pub const SELECTOR: &str = "app=nvidia-device-plugin-daemonset";
 pub const PREFIX: &str = "gpuid.gpufleet.dev";
+/// Where deploy/gpuid lets the collector hold its Lease.
+pub const LEASE_NAMESPACE: &str = "gpuid";
+/// Every test Node carries it; the real lane's clean-up selects by it.
+const NODE_LABEL: &str = "nvidia.com/gpu.present";
 
 /// What a node's nvidia-smi answers.
 #[derive(Clone)]
@@ -50,10 +63,16 @@ pub fn without_last_gpu(xml: &[u8]) -> Vec<u8> {
 }
 
 pub struct Fleet {
-    /// Held so the server lives as long as the fleet.
-    #[allow(dead_code)]
-    pub sim: KubeSim,
+    /// kube-sim on the default lane (held so the server lives as long as
+    /// the fleet); None on the real lane.
+    pub sim: Option<KubeSim>,
+    /// The test's own client (cluster admin on the real lane).
     pub client: kube::Client,
+    /// What the collector runs with: deploy/gpuid's ServiceAccount on the
+    /// real lane, the same as `client` on kube-sim.
+    pub collector_client: kube::Client,
+    /// The real lane's exec directory (captures, hang markers, call logs).
+    exec_dir: Option<std::path::PathBuf>,
     pub answers: Arc<Mutex<HashMap<String, Answer>>>,
     pub execs: Arc<AtomicUsize>,
     /// Execs per node name.
@@ -66,6 +85,88 @@ impl Fleet {
     }
 
     pub async fn start_with_latency(latency: Duration) -> Fleet {
+        match kube_sim::lane::Lane::from_env().unwrap() {
+            kube_sim::lane::Lane::Sim => Fleet::start_sim(latency).await,
+            kube_sim::lane::Lane::Real(cluster) => {
+                assert!(latency.is_zero(), "exec latency is a kube-sim-only knob");
+                Fleet::start_real(cluster).await
+            }
+        }
+    }
+
+    /// The kube-sim this fleet runs on (tests of kube-sim-only knobs).
+    pub fn sim(&self) -> &KubeSim {
+        self.sim
+            .as_ref()
+            .expect("a kube-sim-only test ran on the real lane")
+    }
+
+    async fn start_real(cluster: kube_sim::lane::RealCluster) -> Fleet {
+        let client = kube_sim::lane::client_from_kubeconfig(&cluster.admin_kubeconfig)
+            .await
+            .unwrap();
+        let collector_client =
+            kube_sim::lane::client_from_kubeconfig(&cluster.service_account_kubeconfig("gpuid"))
+                .await
+                .unwrap();
+        let exec_dir = cluster.dir.join("exec");
+        let fleet = Fleet {
+            sim: None,
+            client,
+            collector_client,
+            exec_dir: Some(exec_dir),
+            answers: Arc::default(),
+            execs: Arc::default(),
+            execs_by_node: Arc::default(),
+        };
+        fleet.clean_real_cluster().await;
+        fleet
+    }
+
+    /// The real lane is shared by the tests (run one at a time): each starts
+    /// from no test Nodes, pods, Execs, Leases or exec files.
+    async fn clean_real_cluster(&self) {
+        let exec_dir = self.exec_dir.as_ref().unwrap();
+        for entry in std::fs::read_dir(exec_dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        let by_label = kube::api::ListParams::default().labels(NODE_LABEL);
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .delete_collection(&DeleteParams::default(), &by_label)
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
+        pods.delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        kwok_execs(&self.client)
+            .delete_collection(&DeleteParams::default(), &Default::default())
+            .await
+            .unwrap();
+        for namespace in [NAMESPACE, LEASE_NAMESPACE] {
+            let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+                Api::namespaced(self.client.clone(), namespace);
+            leases
+                .delete_collection(&DeleteParams::default(), &Default::default())
+                .await
+                .unwrap();
+        }
+        eventually("the previous test's Nodes and pods to be gone", || async {
+            let nodes_left = nodes.list(&by_label).await.unwrap().items.len();
+            let pods_left = pods.list(&Default::default()).await.unwrap().items.len();
+            (nodes_left == 0 && pods_left == 0).then_some(())
+        })
+        .await;
+    }
+
+    async fn start_sim(latency: Duration) -> Fleet {
         let answers: Arc<Mutex<HashMap<String, Answer>>> = Arc::default();
         let execs = Arc::new(AtomicUsize::new(0));
         let execs_by_node: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
@@ -110,29 +211,68 @@ impl Fleet {
             .unwrap();
         let client = sim.http_client().unwrap();
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        let namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
-        let _ = namespaces.create(&PostParams::default(), &namespace).await;
+        for name in [NAMESPACE, LEASE_NAMESPACE] {
+            let namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+            let _ = namespaces.create(&PostParams::default(), &namespace).await;
+        }
         Fleet {
-            sim,
+            sim: Some(sim),
+            collector_client: client.clone(),
             client,
+            exec_dir: None,
             answers,
             execs,
             execs_by_node,
         }
     }
 
+    /// nvidia-smi calls on `node`'s device-plugin pods so far.
     pub fn execs_on(&self, node: &str) -> usize {
-        self.execs_by_node.lock().get(node).copied().unwrap_or(0)
+        match &self.exec_dir {
+            None => self.execs_by_node.lock().get(node).copied().unwrap_or(0),
+            Some(dir) => std::fs::read_to_string(dir.join(format!("{node}.log")))
+                .map(|log| log.lines().count())
+                .unwrap_or(0),
+        }
+    }
+
+    /// nvidia-smi calls on every node so far.
+    pub fn exec_count(&self) -> usize {
+        match &self.exec_dir {
+            None => self.execs.load(Ordering::SeqCst),
+            Some(dir) => std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+                .map(|path| std::fs::read_to_string(path).unwrap().lines().count())
+                .sum(),
+        }
     }
 
     pub fn answer(&self, node: &str, answer: Answer) {
-        self.answers.lock().insert(node.to_owned(), answer);
+        match &self.exec_dir {
+            None => {
+                self.answers.lock().insert(node.to_owned(), answer);
+            }
+            Some(dir) => {
+                let hang = dir.join(format!("{node}.hang"));
+                match answer {
+                    Answer::Xml(xml) => {
+                        std::fs::write(dir.join(format!("{node}.xml")), xml).unwrap();
+                        let _ = std::fs::remove_file(hang);
+                    }
+                    Answer::Hang => std::fs::write(hang, b"").unwrap(),
+                }
+            }
+        }
     }
 
     pub async fn add_node(&self, name: &str) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+            "metadata": {"name": name, "labels": {NODE_LABEL: "true"},
+                         // KWOK manages the Node on the real lane.
+                         "annotations": {"kwok.x-k8s.io/node": "fake"}},
             "spec": {"providerID": format!("kind://docker/fleet/{name}")},
             "status": {"capacity": {"nvidia.com/gpu": "8"}}
         }))
@@ -140,8 +280,28 @@ impl Fleet {
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
 
-    /// A device-plugin pod bound to `node`; the simulated kubelet runs it.
+    /// A device-plugin pod bound to `node`; kube-sim's kubelet or KWOK runs
+    /// it. On the real lane a KWOK Exec named like the pod first tells the
+    /// nvidia-smi shim which Node's capture to print.
     pub async fn add_plugin_pod(&self, name: &str, node: &str) {
+        if let Some(dir) = &self.exec_dir {
+            let dir = dir.display().to_string();
+            let exec: kube::api::DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "Exec",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"execs": [{"local": {"workDir": dir, "envs": [
+                    {"name": "GPUFLEET_EXEC_NODE", "value": node},
+                    {"name": "GPUFLEET_EXEC_POD", "value": name},
+                    {"name": "GPUFLEET_REAL_EXEC_DIR", "value": dir}
+                ]}}]}
+            }))
+            .unwrap();
+            kwok_execs(&self.client)
+                .create(&PostParams::default(), &exec)
+                .await
+                .unwrap();
+        }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
         let pod = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {"app": "nvidia-device-plugin-daemonset"}},
@@ -152,6 +312,12 @@ impl Fleet {
     }
 
     pub async fn delete_pod(&self, name: &str) {
+        if self.exec_dir.is_some() {
+            kwok_execs(&self.client)
+                .delete(name, &DeleteParams::default())
+                .await
+                .unwrap();
+        }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
         pods.delete(name, &DeleteParams::default().grace_period(0))
             .await
@@ -184,6 +350,18 @@ impl Fleet {
             .get(&format!("{PREFIX}/{name}"))
             .cloned()
     }
+}
+
+/// KWOK's per-pod Exec objects in the device-plugin namespace.
+fn kwok_execs(client: &kube::Client) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource {
+        group: "kwok.x-k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "kwok.x-k8s.io/v1alpha1".into(),
+        kind: "Exec".into(),
+        plural: "execs".into(),
+    };
+    Api::namespaced_with(client.clone(), NAMESPACE, &resource)
 }
 
 pub fn settings(workers: usize) -> CollectorSettings {
@@ -278,7 +456,7 @@ impl Replica {
         buffer: Buffer,
     ) -> Replica {
         let runtime = CollectorRuntime::new(
-            fleet.client.clone(),
+            fleet.collector_client.clone(),
             settings,
             election,
             sink,

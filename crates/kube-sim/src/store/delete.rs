@@ -324,6 +324,34 @@ impl State {
         }
     }
 
+    /// What kube-controller-manager's garbage collector does to an object
+    /// whose every owner reference names an object that does not exist (by
+    /// uid): it deletes it (background propagation). The real collector
+    /// gets there a moment after the write; here it happens in the same
+    /// request, like the rest of kube-sim's collection.
+    pub(super) fn collect_if_every_owner_is_gone(
+        &mut self,
+        rt: &ResourceType,
+        stored: &StoredObject,
+    ) {
+        if stored.owners.is_empty()
+            || stored.deleting
+            || stored
+                .owners
+                .iter()
+                .any(|(uid, _)| self.by_uid.contains_key(uid))
+        {
+            return;
+        }
+        let namespace = (!stored.namespace.is_empty()).then_some(stored.namespace.clone());
+        let _ = self.delete(
+            rt,
+            namespace.as_deref(),
+            &stored.name,
+            &DeleteOptions::default(),
+        );
+    }
+
     /// Orphan propagation: dependents stay, without the owner's reference.
     fn orphan_dependents(&mut self, owner_uid: &str) {
         for (gr, key) in self.dependents_of(owner_uid) {

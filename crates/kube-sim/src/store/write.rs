@@ -103,10 +103,14 @@ impl Store {
         if let Some(manager) = &params.field_manager {
             apply::validate_field_manager(manager).map_err(apply_error)?;
         }
-        let result =
-            self.state
-                .lock()
-                .create(rt, version, namespace, body, params, Ownership::Record);
+        let mut state = self.state.lock();
+        let result = state.create(rt, version, namespace, body, params, Ownership::Record);
+        if let Ok(stored) = &result
+            && !params.dry_run
+        {
+            state.collect_if_every_owner_is_gone(rt, stored);
+        }
+        drop(state);
         self.count_write(&result);
         result
     }
@@ -125,7 +129,8 @@ impl Store {
         if let Some(manager) = &params.field_manager {
             apply::validate_field_manager(manager).map_err(apply_error)?;
         }
-        let result = self.state.lock().update(
+        let mut state = self.state.lock();
+        let result = state.update(
             rt,
             version,
             namespace,
@@ -135,6 +140,12 @@ impl Store {
             params,
             Ownership::Record,
         );
+        if let Ok(stored) = &result
+            && !params.dry_run
+        {
+            state.collect_if_every_owner_is_gone(rt, stored);
+        }
+        drop(state);
         self.count_write(&result);
         result
     }
@@ -157,10 +168,14 @@ impl Store {
             params.force.is_some(),
         )
         .map_err(apply_error)?;
-        let result = self
-            .state
-            .lock()
-            .patch(rt, version, namespace, name, kind, body, sub, params);
+        let mut state = self.state.lock();
+        let result = state.patch(rt, version, namespace, name, kind, body, sub, params);
+        if let Ok(stored) = &result
+            && !params.dry_run
+        {
+            state.collect_if_every_owner_is_gone(rt, stored);
+        }
+        drop(state);
         self.count_write(&result);
         result
     }

@@ -218,3 +218,43 @@ async fn a_finished_pod_is_collected_when_its_custom_resource_owner_is_deleted()
     }
     panic!("the pod was not collected after its owner was deleted");
 }
+
+#[tokio::test]
+async fn a_dependent_whose_owners_do_not_exist_is_collected_and_one_live_owner_keeps_it() {
+    let sim = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let live = owner(&cms, "live").await;
+    let mut gone = live.controller_owner_ref(&()).unwrap();
+    gone.name = "never-existed".into();
+    gone.uid = "00000000-0000-0000-0000-00000000dead".into();
+    gone.controller = None;
+
+    let mut dangling = ConfigMap::default();
+    dangling.metadata.name = Some("dangling".into());
+    dangling.metadata.owner_references = Some(vec![gone.clone()]);
+    cms.create(&PostParams::default(), &dangling).await.unwrap();
+    assert!(cms.get_opt("dangling").await.unwrap().is_none());
+
+    let mut kept = ConfigMap::default();
+    kept.metadata.name = Some("kept".into());
+    let mut live_ref = live.controller_owner_ref(&()).unwrap();
+    live_ref.controller = None;
+    kept.metadata.owner_references = Some(vec![gone, live_ref]);
+    cms.create(&PostParams::default(), &kept).await.unwrap();
+    assert!(cms.get_opt("kept").await.unwrap().is_some());
+
+    // A dry run creates nothing and collects nothing.
+    let mut dry = dangling.clone();
+    dry.metadata.name = Some("dry".into());
+    let created = cms
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &dry,
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.name.as_deref(), Some("dry"));
+}

@@ -4,6 +4,7 @@
 mod apply;
 mod crd;
 mod crud;
+mod differential_e2e;
 mod exec;
 mod faults;
 mod gc;

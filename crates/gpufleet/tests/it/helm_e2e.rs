@@ -1,0 +1,151 @@
+//! The Helm charts under deploy/helm. On kube-sim, `helm template`'s output
+//! applies with `kubectl apply --validate=strict`; on the real lane
+//! (GPUFLEET_TEST_CLUSTER=real) `helm install` creates the release's objects
+//! under RBAC authorization and `helm uninstall` removes them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kube_sim::lane::Lane;
+
+use crate::support::{SimServer, kubectl_path};
+
+/// The Helm that scripts/real-cluster.sh builds (scripts/test.sh exports it).
+fn helm_path() -> PathBuf {
+    let helm = std::env::var_os("HELM").map(PathBuf::from);
+    match helm {
+        Some(path) if path.exists() => path,
+        _ => panic!(
+            "HELM is not set to a Helm binary: run scripts/test.sh, or `scripts/real-cluster.sh build` and `eval \"$(scripts/real-cluster.sh env)\"`"
+        ),
+    }
+}
+
+fn chart(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/helm")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn run_ok(command: &mut Command) -> String {
+    let out = command.output().expect("the command runs");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_gpuid_chart_renders_applies_installs_and_uninstalls() {
+    let helm = helm_path();
+    match Lane::from_env().unwrap() {
+        Lane::Sim => {
+            let sim = SimServer::start();
+            sim.kubectl_ok(&["create", "namespace", "gpu-operator"]);
+            sim.kubectl_ok(&["create", "namespace", "gpuid"]);
+            let rendered = run_ok(Command::new(&helm).args([
+                "template",
+                "gpuid",
+                &chart("gpuid"),
+                "--namespace",
+                "gpuid",
+                "--set",
+                "workers=4",
+            ]));
+            let file = sim.dir.path().join("gpuid-chart.yaml");
+            std::fs::write(&file, rendered).unwrap();
+            let applied =
+                sim.kubectl_ok(&["apply", "--validate=strict", "-f", &file.to_string_lossy()]);
+            assert!(
+                applied.contains("deployment.apps/gpuid created"),
+                "{applied}"
+            );
+            assert!(
+                applied.contains("role.rbac.authorization.k8s.io/gpuid-device-plugin-exec created"),
+                "{applied}"
+            );
+            let env = sim.kubectl_ok(&[
+                "get",
+                "deployment",
+                "gpuid",
+                "-n",
+                "gpuid",
+                "-o",
+                "jsonpath={.spec.template.spec.serviceAccountName} {.spec.template.spec.containers[0].env[?(@.name==\"WORKERS\")].value} {.spec.template.spec.containers[0].env[?(@.name==\"LEASE_NAMESPACE\")].value}",
+            ]);
+            assert_eq!(env, "gpuid 4 gpuid");
+        }
+        Lane::Real(cluster) => {
+            let kubeconfig = cluster.admin_kubeconfig.to_string_lossy().into_owned();
+            let namespace = "gpuid-chart";
+            let helm_cmd = |args: &[&str]| {
+                let mut command = Command::new(&helm);
+                command.args(args).args(["--kubeconfig", &kubeconfig]);
+                command
+            };
+            let kubectl = |args: &[&str]| {
+                let mut command = Command::new(kubectl_path());
+                command.args(args).args(["--kubeconfig", &kubeconfig]);
+                command
+            };
+            // Left over from an interrupted run.
+            let _ = helm_cmd(&["uninstall", "gpuid-chart", "-n", namespace]).output();
+            let installed = run_ok(&mut helm_cmd(&[
+                "install",
+                "gpuid-chart",
+                &chart("gpuid"),
+                "--namespace",
+                namespace,
+                "--create-namespace",
+                "--set",
+                "replicas=1",
+            ]));
+            assert!(installed.contains("STATUS: deployed"), "{installed}");
+            let account = run_ok(&mut kubectl(&[
+                "get",
+                "deployment",
+                "gpuid-chart",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.spec.template.spec.serviceAccountName}",
+            ]));
+            assert_eq!(account, "gpuid-chart");
+            // The ServiceAccount may exec in the device-plugin namespace and
+            // nowhere else, as the API server's authorizer sees it.
+            let subject = format!("system:serviceaccount:{namespace}:gpuid-chart");
+            let can = |verb_resource: &[&str], ns: &str| {
+                let mut args = vec!["auth", "can-i"];
+                args.extend_from_slice(verb_resource);
+                args.extend_from_slice(&["-n", ns, "--as", &subject]);
+                String::from_utf8_lossy(&kubectl(&args).output().unwrap().stdout)
+                    .trim()
+                    .to_owned()
+            };
+            assert_eq!(can(&["create", "pods/exec"], "gpu-operator"), "yes");
+            assert_eq!(can(&["create", "pods/exec"], "default"), "no");
+            assert_eq!(can(&["patch", "nodes"], "default"), "yes");
+            assert_eq!(can(&["delete", "nodes"], "default"), "no");
+            run_ok(&mut helm_cmd(&[
+                "uninstall",
+                "gpuid-chart",
+                "-n",
+                namespace,
+                "--wait",
+            ]));
+            let left = run_ok(&mut kubectl(&[
+                "get",
+                "clusterrole",
+                "--ignore-not-found",
+                "gpuid-chart-nodes",
+            ]));
+            assert!(left.trim().is_empty(), "{left}");
+            let _ = kubectl(&["delete", "namespace", namespace, "--wait=false"]).output();
+        }
+    }
+}
