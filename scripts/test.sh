@@ -5,6 +5,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+# `--real`: the real-cluster lane instead of the default suite. It starts
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK
+# (scripts/real-cluster.sh, built once into a cache), runs the end-to-end
+# modules (test names matching `_e2e::`) against them with
+# GPUFLEET_TEST_CLUSTER=real, one test at a time (they share the cluster),
+# and stops the lane afterwards. Further arguments go to nextest.
+lane=sim
+if [ "${1:-}" = "--real" ]; then
+  lane=real
+  shift
+fi
+
 # Outside clients the tests drive, in a project-local virtualenv.
 venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
@@ -82,5 +94,16 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 # Not exec: the EXIT trap above must still stop the services.
 status=0
-cargo nextest run --workspace --no-fail-fast "$@" || status=$?
+if [ "$lane" = real ]; then
+  # Built before the lane starts, so the lane's processes do not compete
+  # with the compiler for the two cores.
+  cargo nextest run --workspace --no-run
+  trap 'kill "$moto_pid" 2>/dev/null || true; scripts/real-cluster.sh down >/dev/null 2>&1 || true' EXIT
+  scripts/real-cluster.sh up
+  eval "$(scripts/real-cluster.sh env)"
+  export GPUFLEET_TEST_CLUSTER=real
+  cargo nextest run --workspace --no-fail-fast --test-threads 1 -E 'test(/_e2e::/)' "$@" || status=$?
+else
+  cargo nextest run --workspace --no-fail-fast "$@" || status=$?
+fi
 exit "$status"

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
@@ -155,7 +154,7 @@ async fn read_events(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        pending.extend_from_slice(&Bytes::from(data));
+        pending.extend_from_slice(&data);
         while let Some(end) = pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = pending.drain(..=end).collect();
             let line = line.trim_ascii();
