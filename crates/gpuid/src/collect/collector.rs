@@ -22,7 +22,7 @@ use super::metrics::{CollectorMetrics, NodeLabel, PodResult};
 use super::node_state::{
     ExportReason, NodeUpdate, StoredState, export_patch, export_reason, node_patch,
 };
-use super::pod::{NotReady, collectable};
+use super::pod::collectable;
 use super::settings::CollectorSettings;
 use super::sink::RecordSink;
 use crate::inventory::{ChangeEvent, ChangeKind, diff, inventory_hash};
@@ -335,10 +335,12 @@ impl Collector {
         };
         let node_name = match collectable(&pod) {
             Ok(node) => node.to_owned(),
-            Err(reason) => {
-                if reason == NotReady::Terminating {
-                    self.memory.lock().collected.remove(&key);
-                }
+            Err(_) => {
+                // A terminating pod keeps its collection: when it is gone,
+                // `pod_gone` checks its node and reports the node's GPUs
+                // removed if the node went too (a drained node's pods
+                // terminate before the Node is deleted; forgetting them here
+                // lost those removals on a real cluster).
                 self.metrics.pod_processed(PodResult::Skipped);
                 return Ok(Action::AwaitChange);
             }
