@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 helm=${HELM:-}
 if [ -z "$helm" ]; then
-  helm=$(scripts/real-cluster.sh env | sed -n 's/^export HELM=//p' | tr -d "'\"")
+  helm="$(scripts/real-cluster.sh bin)/helm"
 fi
 [ -n "$helm" ] && [ -x "$helm" ] || {
-  echo "helm-check.sh: no Helm binary (HELM unset and 'scripts/real-cluster.sh build' has not built it)" >&2
+  echo "helm-check.sh: no Helm binary (HELM unset and scripts/real-cluster.sh built none)" >&2
   exit 1
 }
 charts=$(find deploy -name Chart.yaml -printf '%h\n' | sort)

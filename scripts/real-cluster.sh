@@ -869,6 +869,9 @@ EOF
 
 case "${1:-}" in
   build) cmd_build ;;
+  # The directory of the built tools (building them first when needed), for
+  # scripts that only need a binary such as helm, not a running cluster.
+  bin) cmd_build >&2 && printf '%s\n' "$BIN" ;;
   up) cmd_up ;;
   down) cmd_down ;;
   env) cmd_env ;;

@@ -88,6 +88,12 @@ if [ -z "${GPUFLEET_TEST_POSTGRES_URL:-}" ]; then
 fi
 # --- end services ---
 
+# The real control plane, Helm and KWOK, built once into a cache (the first
+# build takes long; see docs/real-cluster.md). The default lane needs Helm
+# for the chart tests; --real needs all of them.
+real_bin=$(scripts/real-cluster.sh bin)
+export HELM="$real_bin/helm"
+
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "test.sh: installing cargo-nextest from crates.io (first run on this machine, a few minutes)" >&2
   cargo install --locked cargo-nextest

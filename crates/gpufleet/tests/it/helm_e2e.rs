@@ -127,8 +127,14 @@ fn the_gpuid_chart_renders_applies_installs_and_uninstalls() {
                     .trim()
                     .to_owned()
             };
-            assert_eq!(can(&["create", "pods/exec"], "gpu-operator"), "yes");
-            assert_eq!(can(&["create", "pods/exec"], "default"), "no");
+            assert_eq!(
+                can(&["create", "pods", "--subresource=exec"], "gpu-operator"),
+                "yes"
+            );
+            assert_eq!(
+                can(&["create", "pods", "--subresource=exec"], "default"),
+                "no"
+            );
             assert_eq!(can(&["patch", "nodes"], "default"), "yes");
             assert_eq!(can(&["delete", "nodes"], "default"), "no");
             run_ok(&mut helm_cmd(&[
