@@ -1,0 +1,1 @@
+//! The reconciler (I/O) on controller-kit.
