@@ -41,6 +41,33 @@ fn crds_mokka_prints_the_checked_in_crds() {
 }
 
 #[test]
+fn crds_tfjob_prints_the_checked_in_crd() {
+    let out = gpufleet(&["crds", "tfjob"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let checked_in =
+        std::fs::read_to_string(workspace().join("deploy/crds/kubeflow.org.yaml")).unwrap();
+    assert_eq!(
+        printed, checked_in,
+        "regenerate with: gpufleet crds tfjob > deploy/crds/kubeflow.org.yaml"
+    );
+    assert!(printed.contains("name: tfjobs.kubeflow.org"));
+}
+
+#[test]
+fn crds_all_prints_the_mokka_and_the_tfjob_crds() {
+    let out = gpufleet(&["crds", "all"]);
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(printed.contains("kind: SGPURack\n"));
+    assert!(printed.contains("name: tfjobs.kubeflow.org"));
+}
+
+#[test]
 fn gpuid_parse_prints_one_record_per_gpu() {
     let capture = workspace().join("crates/gpuid/tests/fixtures/hardware/b200.xml");
     let out = gpufleet(&["gpuid", "parse", capture.to_str().unwrap()]);

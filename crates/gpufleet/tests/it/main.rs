@@ -6,3 +6,4 @@ mod gpuid_run;
 mod mokka_crds;
 mod sim_serve;
 mod support;
+mod tfjob_run;

@@ -61,8 +61,9 @@ pub struct TFJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub success_policy: Option<String>,
     /// Replica specs by type; keys in any casing (`Chief`, `Master`, `PS`,
-    /// `Worker`, `Evaluator`). Optional in the schema so that a job without
-    /// it is marked Failed with a reason instead of refused (report 4.7).
+    /// `Worker`, `Evaluator`).
+    // Optional in the schema so that a job without it is marked Failed
+    // with a reason instead of refused (report 4.7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tf_replica_specs: Option<BTreeMap<String, ReplicaSpec>>,
     /// Sparse `TF_CONFIG` (TF ClusterSpec propagation).
@@ -149,9 +150,10 @@ pub struct ReplicaSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub replicas: Option<i32>,
-    /// Must contain a container named `tensorflow`. Kept schemaless in the
-    /// CRD (preserve-unknown-fields): the pod schema differs across
-    /// Kubernetes versions and the API server validates the pods we create.
+    /// Pod template; must contain a container named `tensorflow`.
+    // Schemaless in the CRD (preserve-unknown-fields): the pod schema
+    // differs across Kubernetes versions, and the API server validates the
+    // pods made from it anyway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "pod_template_schema")]
     pub template: Option<PodTemplateSpec>,
@@ -163,8 +165,7 @@ pub struct ReplicaSpec {
 fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-        "description": "Pod template of this replica type (must contain a container named tensorflow)."
+        "x-kubernetes-preserve-unknown-fields": true
     })
 }
 
