@@ -221,3 +221,30 @@ async fn an_operator_restart_mid_job_creates_no_duplicate_child() {
     assert_eq!(status_after.start_time, status_before.start_time);
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_top_level_clean_pod_policy_is_kept_by_the_crd_and_honoured_with_a_deprecated_field_warning()
+ {
+    let cluster = test_cluster("legacy").await;
+    let operator = start_operator(&cluster).await;
+    let mut worker = replica(2, Some("1"), 0);
+    worker["restartPolicy"] = json!("ExitCode");
+    // The v1.0.x dialect: run fields at the top of spec, lower-case keys.
+    create_job(
+        &cluster,
+        "legacy",
+        json!({"cleanPodPolicy": "All", "backoffLimit": 3, "tfReplicaSpecs": {"worker": worker}}),
+    )
+    .await;
+    let stored = jobs(&cluster).get("legacy").await.unwrap();
+    assert_eq!(stored.spec["cleanPodPolicy"], "All", "not pruned");
+    assert_eq!(stored.spec["backoffLimit"], 3);
+    wait_for_condition(&cluster, "legacy", "Succeeded").await;
+    // All (not the default Running) applies: the succeeded workers go too.
+    eventually("every pod of the job is deleted", || async {
+        job_pods(&cluster, "legacy").await.is_empty()
+    })
+    .await;
+    assert_eq!(event_count(&cluster, "DeprecatedField").await, 2);
+    operator.stop().await;
+}
