@@ -115,8 +115,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 pub async fn main(args: TfjobArgs) -> anyhow::Result<()> {
     match args.command {
         None => run(args.run).await,
-        Some(TfjobCommand::Convert(_)) => {
-            anyhow::bail!("gpufleet tfjob convert is not implemented yet")
-        }
+        Some(TfjobCommand::Convert(args)) => convert(&args.file),
     }
+}
+
+/// `gpufleet tfjob convert FILE|-`: v1 YAML on stdout.
+fn convert(file: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let input = if file == std::path::Path::new("-") {
+        let mut input = String::new();
+        std::io::stdin()
+            .read_to_string(&mut input)
+            .context("reading standard input")?;
+        input
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let output = ::tfjob::api::v1alpha1::convert_yaml(&input)
+        .with_context(|| format!("converting {}", file.display()))?;
+    std::io::stdout()
+        .write_all(output.as_bytes())
+        .context("writing to stdout")
 }

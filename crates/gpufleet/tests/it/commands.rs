@@ -115,3 +115,40 @@ fn gpuid_parse_reads_stdin_and_rejects_garbage_with_a_message() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("opening /nonexistent/capture.xml"));
 }
+
+#[test]
+fn tfjob_convert_turns_a_v1alpha1_manifest_from_stdin_into_v1_and_names_the_field_it_cannot_convert()
+ {
+    let convert = |input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+            .args(["tfjob", "convert", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let v1alpha1 = "apiVersion: kubeflow.org/v1alpha1\nkind: TFJob\nmetadata: {name: m}\nspec:\n  replicaSpecs:\n  - {tfReplicaType: MASTER, template: {spec: {containers: [{name: tensorflow, image: i}]}}}\n";
+    let out = convert(v1alpha1);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v1: serde_json::Value =
+        serde_saphyr::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    assert_eq!(v1["apiVersion"], "kubeflow.org/v1");
+    assert_eq!(v1["spec"]["tfReplicaSpecs"]["Master"]["replicas"], 1);
+
+    let out = convert(&v1alpha1.replace("spec:\n", "spec:\n  tfImage: tf:1.3\n"));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec.tfImage"), "{stderr}");
+}

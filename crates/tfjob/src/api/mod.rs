@@ -8,6 +8,7 @@ mod types;
 
 pub mod defaults;
 pub mod object;
+pub mod v1alpha1;
 pub mod validate;
 
 pub use object::TFJobObject;
