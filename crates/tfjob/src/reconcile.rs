@@ -514,3 +514,61 @@ async fn event(
         .publish_or_log(reference, type_, reason, "Reconcile", Some(message))
         .await;
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    use super::*;
+
+    fn meta(owner: Option<(&str, &str)>, job_label: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("child".into()),
+            namespace: Some("ns".into()),
+            labels: job_label.map(|job| {
+                [
+                    ("group-name".to_string(), "kubeflow.org".to_string()),
+                    ("job-name".to_string(), job.to_string()),
+                ]
+                .into()
+            }),
+            owner_references: owner.map(|(kind, name)| {
+                vec![OwnerReference {
+                    api_version: "kubeflow.org/v1".into(),
+                    kind: kind.into(),
+                    name: name.into(),
+                    uid: format!("uid-{name}"),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_owned_by_a_tfjob_enqueues_exactly_the_jobs_key() {
+        assert_eq!(
+            child_key(&meta(Some(("TFJob", "mnist")), Some("mnist"))),
+            Some("ns/mnist".to_string())
+        );
+        assert_eq!(
+            owner_index(&meta(Some(("TFJob", "mnist")), None)),
+            ["uid-mnist"]
+        );
+    }
+
+    #[test]
+    fn an_orphan_enqueues_the_job_its_labels_name_and_a_child_of_another_controller_nothing() {
+        assert_eq!(
+            child_key(&meta(None, Some("mnist"))),
+            Some("ns/mnist".to_string())
+        );
+        assert_eq!(
+            child_key(&meta(Some(("Job", "batch")), Some("mnist"))),
+            None
+        );
+        assert!(owner_index(&meta(Some(("Job", "batch")), None)).is_empty());
+        assert_eq!(job_label_index(&meta(None, Some("mnist"))), ["ns/mnist"]);
+    }
+}

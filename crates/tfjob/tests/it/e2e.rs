@@ -248,3 +248,63 @@ async fn legacy_top_level_clean_pod_policy_is_kept_by_the_crd_and_honoured_with_
     assert_eq!(event_count(&cluster, "DeprecatedField").await, 2);
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_pod_with_the_job_labels_is_adopted_and_a_deleted_service_is_recreated() {
+    let cluster = test_cluster("adopt").await;
+    let operator = start_operator(&cluster).await;
+    // A pod left by an older operator: short labels only, no owner.
+    let orphan: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "adopt-worker-0", "labels": {
+            "group-name": "kubeflow.org", "job-name": "adopt",
+            "replica-type": "worker", "replica-index": "0"}},
+        "spec": {"containers": [{"name": "tensorflow", "image": "img:1"}]}
+    }))
+    .unwrap();
+    let orphan = pods(&cluster)
+        .create(&Default::default(), &orphan)
+        .await
+        .unwrap();
+    create_job(
+        &cluster,
+        "adopt",
+        json!({"tfReplicaSpecs": {"Worker": replica(2, None, 0)}}),
+    )
+    .await;
+    let job_uid = jobs(&cluster).get("adopt").await.unwrap().metadata.uid;
+    eventually("the orphan is adopted", || async {
+        let pod = pods(&cluster).get("adopt-worker-0").await.unwrap();
+        pod.metadata.uid == orphan.metadata.uid
+            && pod
+                .metadata
+                .owner_references
+                .unwrap_or_default()
+                .iter()
+                .any(|o| Some(&o.uid) == job_uid.as_ref() && o.controller == Some(true))
+    })
+    .await;
+    eventually("both services exist", || async {
+        job_services(&cluster, "adopt").await.len() == 2
+    })
+    .await;
+    assert_eq!(job_pods(&cluster, "adopt").await.len(), 2);
+    let before = services(&cluster)
+        .get("adopt-worker-1")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    services(&cluster)
+        .delete("adopt-worker-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the service is back under the same name", || async {
+        services(&cluster)
+            .get_opt("adopt-worker-1")
+            .await
+            .unwrap()
+            .is_some_and(|s| s.metadata.uid != before)
+    })
+    .await;
+    operator.stop().await;
+}
