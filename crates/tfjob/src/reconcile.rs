@@ -40,13 +40,31 @@ pub enum ReconcileFailure {
     },
 }
 
-/// The status this process last wrote for a job, and the resourceVersion
-/// the cache held when it did: while the cache still shows that version,
-/// it has not seen the write, and planning from it would redo the write and
+/// The status this process last wrote for a job, with the resourceVersion
+/// the cache held when it did and the one the write produced. Until the
+/// cache has seen the write, planning from it would redo the write and
 /// repeat its events.
 struct WrittenStatus {
     cached_resource_version: Option<String>,
+    written_resource_version: Option<String>,
     status: JobStatus,
+}
+
+impl WrittenStatus {
+    /// Whether a cached object at `cached` predates the write. Resource
+    /// versions are opaque to clients, but every server in use (etcd,
+    /// kube-sim) issues increasing integers; when they do not parse, only
+    /// the exact version seen before the write counts as stale.
+    fn is_newer_than(&self, cached: Option<&String>) -> bool {
+        let number = |rv: Option<&String>| rv.and_then(|rv| rv.parse::<u64>().ok());
+        match (
+            number(cached),
+            number(self.written_resource_version.as_ref()),
+        ) {
+            (Some(cached), Some(written)) => cached < written,
+            _ => self.cached_resource_version.as_ref() == cached,
+        }
+    }
 }
 
 /// Shared state of the reconciler.
@@ -147,7 +165,7 @@ pub async fn reconcile(ctx: Arc<Context>, key: String) -> Result<Action, Reconci
     {
         let mut written = ctx.written.lock();
         match written.get(&uid) {
-            Some(w) if w.cached_resource_version == object.metadata.resource_version => {
+            Some(w) if w.is_newer_than(object.metadata.resource_version.as_ref()) => {
                 object.status = serde_json::to_value(&w.status).unwrap_or(Value::Null);
             }
             Some(_) => {
@@ -179,11 +197,13 @@ pub async fn reconcile(ctx: Arc<Context>, key: String) -> Result<Action, Reconci
     }
 
     if plan.status_changed {
-        write_status(&ctx, namespace, name, &old_status, &plan.status).await?;
+        let written_resource_version =
+            write_status(&ctx, namespace, name, &old_status, &plan.status).await?;
         ctx.written.lock().insert(
             uid.clone(),
             WrittenStatus {
                 cached_resource_version: cached.metadata.resource_version.clone(),
+                written_resource_version,
                 status: plan.status.clone(),
             },
         );
@@ -452,7 +472,7 @@ async fn write_status(
     name: &str,
     old: &JobStatus,
     new: &JobStatus,
-) -> Result<(), ReconcileFailure> {
+) -> Result<Option<String>, ReconcileFailure> {
     let mut status = serde_json::to_value(new).unwrap_or(Value::Null);
     if let Some(replicas) = status
         .get_mut("replicaStatuses")
@@ -471,7 +491,7 @@ async fn write_status(
         &Patch::Merge(&json!({ "status": status })),
     )
     .await
-    .map(|_| ())
+    .map(|job| job.metadata.resource_version)
     .map_err(|source| ReconcileFailure::Api {
         what: "writing status of tfjob",
         name: name.to_string(),
@@ -544,6 +564,27 @@ mod tests {
             }),
             ..ObjectMeta::default()
         }
+    }
+
+    #[test]
+    fn a_cached_job_older_than_our_status_write_is_planned_from_the_written_status() {
+        let written = WrittenStatus {
+            cached_resource_version: Some("10".into()),
+            written_resource_version: Some("12".into()),
+            status: JobStatus::default(),
+        };
+        // 11: someone else's update that arrived before our write.
+        assert!(written.is_newer_than(Some(&"10".to_string())));
+        assert!(written.is_newer_than(Some(&"11".to_string())));
+        assert!(!written.is_newer_than(Some(&"12".to_string())));
+        assert!(!written.is_newer_than(Some(&"13".to_string())));
+        let opaque = WrittenStatus {
+            cached_resource_version: Some("a".into()),
+            written_resource_version: Some("c".into()),
+            status: JobStatus::default(),
+        };
+        assert!(opaque.is_newer_than(Some(&"a".to_string())));
+        assert!(!opaque.is_newer_than(Some(&"b".to_string())));
     }
 
     #[test]
