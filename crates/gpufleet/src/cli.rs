@@ -37,6 +37,8 @@ pub enum Command {
     /// GPU serial inventory (gpuid).
     #[command(subcommand)]
     Gpuid(GpuidCommand),
+    /// The Kubeflow TFJob operator (kubeflow.org/v1), or `tfjob convert`.
+    Tfjob(crate::commands::tfjob::TfjobArgs),
 }
 
 #[derive(Debug, Args)]
@@ -50,6 +52,7 @@ pub struct CrdsArgs {
 pub enum CrdSet {
     All,
     Mokka,
+    Tfjob,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,4 +1,7 @@
-//! Small one-shot commands: printing CRDs, parsing a capture.
+//! Small one-shot commands: printing CRDs, parsing a capture; the
+//! operator subcommands live in their own modules below.
+
+pub mod tfjob;
 
 use std::io::Write;
 use std::path::Path;
@@ -7,11 +10,15 @@ use anyhow::Context;
 
 use crate::cli::CrdSet;
 
-/// `gpufleet crds [all|mokka]`: the generated CRDs, the same YAML as in
-/// `deploy/crds/` (a test keeps the two identical).
+/// `gpufleet crds [all|mokka|tfjob]`: the generated CRDs, the same YAML as
+/// in `deploy/crds/` (a test keeps the two identical).
 pub fn print_crds(set: CrdSet) -> anyhow::Result<()> {
+    let mokka = || mokka::crds_yaml().context("rendering the Mokka CRDs");
+    let tfjob = || ::tfjob::api::crds_yaml().context("rendering the TFJob CRD");
     let yaml = match set {
-        CrdSet::All | CrdSet::Mokka => mokka::crds_yaml().context("rendering the Mokka CRDs")?,
+        CrdSet::All => mokka()? + &tfjob()?,
+        CrdSet::Mokka => mokka()?,
+        CrdSet::Tfjob => tfjob()?,
     };
     std::io::stdout()
         .write_all(yaml.as_bytes())

@@ -43,6 +43,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Gpuid(cli::GpuidCommand::Run(args)) => {
                 return Ok(gpuid_run::run(args).await);
             }
+            cli::Command::Tfjob(args) => commands::tfjob::main(args).await,
         }
         .map(|()| std::process::ExitCode::SUCCESS)
     });

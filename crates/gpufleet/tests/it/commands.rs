@@ -41,6 +41,33 @@ fn crds_mokka_prints_the_checked_in_crds() {
 }
 
 #[test]
+fn crds_tfjob_prints_the_checked_in_crd() {
+    let out = gpufleet(&["crds", "tfjob"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let checked_in =
+        std::fs::read_to_string(workspace().join("deploy/crds/kubeflow.org.yaml")).unwrap();
+    assert_eq!(
+        printed, checked_in,
+        "regenerate with: gpufleet crds tfjob > deploy/crds/kubeflow.org.yaml"
+    );
+    assert!(printed.contains("name: tfjobs.kubeflow.org"));
+}
+
+#[test]
+fn crds_all_prints_the_mokka_and_the_tfjob_crds() {
+    let out = gpufleet(&["crds", "all"]);
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(printed.contains("kind: SGPURack\n"));
+    assert!(printed.contains("name: tfjobs.kubeflow.org"));
+}
+
+#[test]
 fn gpuid_parse_prints_one_record_per_gpu() {
     let capture = workspace().join("crates/gpuid/tests/fixtures/hardware/b200.xml");
     let out = gpufleet(&["gpuid", "parse", capture.to_str().unwrap()]);
@@ -87,4 +114,41 @@ fn gpuid_parse_reads_stdin_and_rejects_garbage_with_a_message() {
     let missing = gpufleet(&["gpuid", "parse", "/nonexistent/capture.xml"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("opening /nonexistent/capture.xml"));
+}
+
+#[test]
+fn tfjob_convert_turns_a_v1alpha1_manifest_from_stdin_into_v1_and_names_the_field_it_cannot_convert()
+ {
+    let convert = |input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+            .args(["tfjob", "convert", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let v1alpha1 = "apiVersion: kubeflow.org/v1alpha1\nkind: TFJob\nmetadata: {name: m}\nspec:\n  replicaSpecs:\n  - {tfReplicaType: MASTER, template: {spec: {containers: [{name: tensorflow, image: i}]}}}\n";
+    let out = convert(v1alpha1);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v1: serde_json::Value =
+        serde_saphyr::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    assert_eq!(v1["apiVersion"], "kubeflow.org/v1");
+    assert_eq!(v1["spec"]["tfReplicaSpecs"]["Master"]["replicas"], 1);
+
+    let out = convert(&v1alpha1.replace("spec:\n", "spec:\n  tfImage: tf:1.3\n"));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec.tfImage"), "{stderr}");
 }

@@ -7,3 +7,4 @@ mod helm_e2e;
 mod mokka_crds;
 mod sim_serve;
 mod support;
+mod tfjob_run;

@@ -1,0 +1,18 @@
+//! The Kubeflow TFJob operator (`kubeflow.org/v1`), wire-compatible with
+//! upstream tf-operator / training-operator: same CRD, child names,
+//! `TF_CONFIG` bytes, conditions and events.
+//!
+//! Three rooms, as every gpufleet controller crate:
+//! * [`api`]: wire types, replica types, in-memory defaults, validation, CRD;
+//! * [`plan`]: pure decisions (names and labels, pods and Services,
+//!   `TF_CONFIG`, the condition algebra, the planner) with no I/O and no clock;
+//! * [`reconcile`] and [`run`]: the controller on controller-kit that
+//!   observes, asks the planner, and acts.
+
+pub mod api;
+pub mod plan;
+pub mod reconcile;
+pub mod run;
+
+#[cfg(test)]
+pub(crate) mod testing;

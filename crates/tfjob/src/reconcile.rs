@@ -1,0 +1,615 @@
+//! The reconciler: observe (caches), decide ([`crate::plan::plan`]), act.
+//!
+//! Acting is idempotent: creates of deterministic names that find the
+//! child already there (`AlreadyExists`) and deletes that find it gone
+//! (`NotFound`, or a UID precondition failing because a new pod of the
+//! same name exists) count as success, so a restart or a stale cache never
+//! duplicates or loses a child. Status goes through the status subresource
+//! and only when the planner says it changed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use controller_kit::{Action, CachedStore, EventSink, ReconcileError};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::EventType as KubeEventType;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
+use crate::plan::{self, ChildAction, EventType, PlanConfig, PlannedEvent, conditions, names};
+
+/// Index of pods and Services by the UID of their controlling TFJob.
+pub const INDEX_OWNER: &str = "tfjob-owner";
+/// Index of pods and Services by `{namespace}/{job-name label}`, to find
+/// orphans to adopt.
+pub const INDEX_JOB_LABEL: &str = "tfjob-name";
+
+/// Errors of one pass (the key is retried rate-limited).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileFailure {
+    #[error("invalid tfjob key {0:?}: either namespace or name is missing")]
+    InvalidKey(String),
+    #[error("{what} {name}: {source}")]
+    Api {
+        what: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The status this process last wrote for a job, with the resourceVersion
+/// the cache held when it did and the one the write produced. Until the
+/// cache has seen the write, planning from it would redo the write and
+/// repeat its events.
+struct WrittenStatus {
+    cached_resource_version: Option<String>,
+    written_resource_version: Option<String>,
+    status: JobStatus,
+}
+
+impl WrittenStatus {
+    /// Whether a cached object at `cached` predates the write. Resource
+    /// versions are opaque to clients, but every server in use (etcd,
+    /// kube-sim) issues increasing integers; when they do not parse, only
+    /// the exact version seen before the write counts as stale.
+    fn is_newer_than(&self, cached: Option<&String>) -> bool {
+        let number = |rv: Option<&String>| rv.and_then(|rv| rv.parse::<u64>().ok());
+        match (
+            number(cached),
+            number(self.written_resource_version.as_ref()),
+        ) {
+            (Some(cached), Some(written)) => cached < written,
+            _ => self.cached_resource_version.as_ref() == cached,
+        }
+    }
+}
+
+/// Shared state of the reconciler.
+pub struct Context {
+    pub client: kube::Client,
+    pub jobs: CachedStore<TFJobObject>,
+    pub pods: CachedStore<Pod>,
+    pub services: CachedStore<Service>,
+    pub config: PlanConfig,
+    pub events: EventSink,
+    pub metrics: crate::run::Metrics,
+    emitted: Mutex<HashSet<String>>,
+    written: Mutex<HashMap<String, WrittenStatus>>,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        jobs: CachedStore<TFJobObject>,
+        pods: CachedStore<Pod>,
+        services: CachedStore<Service>,
+        config: PlanConfig,
+        events: EventSink,
+        metrics: crate::run::Metrics,
+    ) -> Self {
+        Self {
+            client,
+            jobs,
+            pods,
+            services,
+            config,
+            events,
+            metrics,
+            emitted: Mutex::new(HashSet::new()),
+            written: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Drops what this process remembers of a deleted job.
+    pub fn forget(&self, uid: &str) {
+        self.written.lock().remove(uid);
+        let prefix = format!("{uid}/");
+        self.emitted.lock().retain(|key| !key.starts_with(&prefix));
+    }
+}
+
+/// The index values of a child: its controlling TFJob's UID.
+pub fn owner_index(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Vec<String> {
+    names::controller_of(meta.owner_references.as_ref())
+        .filter(|owner| owner.kind == KIND && owner.api_version.starts_with("kubeflow.org/"))
+        .map(|owner| vec![owner.uid.clone()])
+        .unwrap_or_default()
+}
+
+/// The index values of a child: `{namespace}/{job name from its labels}`.
+pub fn job_label_index(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Vec<String> {
+    let labels = meta.labels.as_ref();
+    let job = labels.and_then(|l| {
+        l.get(names::LABEL_JOB_NAME)
+            .or_else(|| l.get("tf-job-name"))
+    });
+    match (meta.namespace.as_deref(), job) {
+        (Some(namespace), Some(job)) => vec![format!("{namespace}/{job}")],
+        _ => Vec::new(),
+    }
+}
+
+/// The queue key of the job a child belongs to: its controller if that is
+/// a TFJob, else the job its labels name (a candidate for adoption).
+pub fn child_key(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<String> {
+    let namespace = meta.namespace.as_deref()?;
+    match names::controller_of(meta.owner_references.as_ref()) {
+        Some(owner) if owner.kind == KIND => Some(format!("{namespace}/{}", owner.name)),
+        Some(_) => None,
+        None => job_label_index(meta).into_iter().next(),
+    }
+}
+
+/// One pass for the job `namespace/name`.
+pub async fn reconcile(ctx: Arc<Context>, key: String) -> Result<Action, ReconcileError> {
+    let Some((namespace, name)) = key
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+    else {
+        return Err(Box::new(ReconcileFailure::InvalidKey(key)));
+    };
+    let Some(cached) = ctx.jobs.get_namespaced(namespace, name) else {
+        return Ok(Action::AwaitChange);
+    };
+    let mut object = (*cached).clone();
+    let uid = object.metadata.uid.clone().unwrap_or_default();
+    {
+        let mut written = ctx.written.lock();
+        match written.get(&uid) {
+            Some(w) if w.is_newer_than(object.metadata.resource_version.as_ref()) => {
+                object.status = serde_json::to_value(&w.status).unwrap_or(Value::Null);
+            }
+            Some(_) => {
+                written.remove(&uid);
+            }
+            None => {}
+        }
+    }
+    let pods = candidates(&ctx.pods, &uid, &key, |p: &Pod| &p.metadata);
+    let services = candidates(&ctx.services, &uid, &key, |s: &Service| &s.metadata);
+    let pod_refs: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+    let service_refs: Vec<&Service> = services.iter().map(Arc::as_ref).collect();
+    let old_status = object.status();
+    let plan = plan::plan(
+        &object,
+        &pod_refs,
+        &service_refs,
+        jiff::Timestamp::now(),
+        &ctx.config,
+    );
+
+    let reference = job_reference(&object);
+    let mut first_error: Option<ReconcileFailure> = None;
+    for action in plan.actions {
+        if let Err(error) = execute(&ctx, namespace, &reference, action).await {
+            tracing::warn!(job = %key, %error, "child action failed");
+            first_error.get_or_insert(error);
+        }
+    }
+
+    if plan.status_changed {
+        let written_resource_version =
+            write_status(&ctx, namespace, name, &old_status, &plan.status).await?;
+        ctx.written.lock().insert(
+            uid.clone(),
+            WrittenStatus {
+                cached_resource_version: cached.metadata.resource_version.clone(),
+                written_resource_version,
+                status: plan.status.clone(),
+            },
+        );
+        let had_created = old_status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == conditions::CREATED);
+        let has_created = plan
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == conditions::CREATED);
+        if has_created && !had_created {
+            ctx.metrics.job_created(namespace);
+        }
+    }
+    for event in plan.events {
+        publish_planned(&ctx, &reference, namespace, event).await;
+    }
+    match first_error {
+        Some(error) => Err(Box::new(error)),
+        None => Ok(Action::AwaitChange),
+    }
+}
+
+/// Children owned by `uid`, plus orphans whose labels name the job.
+fn candidates<K: controller_kit::caches::CachedObject>(
+    store: &CachedStore<K>,
+    uid: &str,
+    key: &str,
+    meta: impl Fn(&K) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Vec<Arc<K>> {
+    let mut out = store.by_index(INDEX_OWNER, uid);
+    out.extend(
+        store
+            .by_index(INDEX_JOB_LABEL, key)
+            .into_iter()
+            .filter(|o| names::controller_of(meta(o).owner_references.as_ref()).is_none()),
+    );
+    out
+}
+
+fn job_reference(object: &TFJobObject) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(API_VERSION.to_string()),
+        kind: Some(KIND.to_string()),
+        name: object.metadata.name.clone(),
+        namespace: object.metadata.namespace.clone(),
+        uid: object.metadata.uid.clone(),
+        resource_version: object.metadata.resource_version.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+async fn execute(
+    ctx: &Context,
+    namespace: &str,
+    reference: &ObjectReference,
+    action: ChildAction,
+) -> Result<(), ReconcileFailure> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    match action {
+        ChildAction::CreatePod(pod) => {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => {
+                    ctx.metrics.created_pods.inc();
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Normal,
+                        "SuccessfulCreatePod",
+                        format!("Created pod: {name}"),
+                    )
+                    .await;
+                    Ok(())
+                }
+                // A deterministic name that exists: created by an earlier pass.
+                Err(error) if is_status(&error, 409) => Ok(()),
+                Err(source) => {
+                    ctx.metrics.failed_pods.inc();
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Warning,
+                        "FailedCreatePod",
+                        format!("Error creating: {source}"),
+                    )
+                    .await;
+                    Err(ReconcileFailure::Api {
+                        what: "creating pod",
+                        name,
+                        source,
+                    })
+                }
+            }
+        }
+        ChildAction::CreateService(service) => {
+            let name = service.metadata.name.clone().unwrap_or_default();
+            match services.create(&PostParams::default(), &service).await {
+                Ok(_) => {
+                    ctx.metrics.created_services.inc();
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Normal,
+                        "SuccessfulCreateService",
+                        format!("Created service: {name}"),
+                    )
+                    .await;
+                    Ok(())
+                }
+                Err(error) if is_status(&error, 409) => Ok(()),
+                Err(source) => {
+                    ctx.metrics.failed_services.inc();
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Warning,
+                        "FailedCreateService",
+                        format!("Error creating: {source}"),
+                    )
+                    .await;
+                    Err(ReconcileFailure::Api {
+                        what: "creating service",
+                        name,
+                        source,
+                    })
+                }
+            }
+        }
+        ChildAction::DeletePod { name, uid } => {
+            let params = DeleteParams {
+                preconditions: uid.map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match pods.delete(&name, &params).await {
+                Ok(_) => {
+                    ctx.metrics.deleted_pods.inc();
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Normal,
+                        "SuccessfulDeletePod",
+                        format!("Deleted pod: {name}"),
+                    )
+                    .await;
+                    Ok(())
+                }
+                // Gone already, or the name now belongs to a newer pod.
+                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
+                Err(source) => {
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Warning,
+                        "FailedDeletePod",
+                        format!("Error deleting: {source}"),
+                    )
+                    .await;
+                    Err(ReconcileFailure::Api {
+                        what: "deleting pod",
+                        name,
+                        source,
+                    })
+                }
+            }
+        }
+        ChildAction::DeleteService { name, uid } => {
+            let params = DeleteParams {
+                preconditions: uid.map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match services.delete(&name, &params).await {
+                Ok(_) => {
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Normal,
+                        "SuccessfulDeleteService",
+                        format!("Deleted service: {name}"),
+                    )
+                    .await;
+                    Ok(())
+                }
+                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
+                Err(source) => {
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Warning,
+                        "FailedDeleteService",
+                        format!("Error deleting: {source}"),
+                    )
+                    .await;
+                    Err(ReconcileFailure::Api {
+                        what: "deleting service",
+                        name,
+                        source,
+                    })
+                }
+            }
+        }
+        ChildAction::SetPodOwners { name, uid, owners } => {
+            let patch = owners_patch(uid, &owners);
+            match pods
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
+                Err(source) => Err(ReconcileFailure::Api {
+                    what: "claiming pod",
+                    name,
+                    source,
+                }),
+            }
+        }
+        ChildAction::SetServiceOwners { name, uid, owners } => {
+            let patch = owners_patch(uid, &owners);
+            match services
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
+                Err(source) => Err(ReconcileFailure::Api {
+                    what: "claiming service",
+                    name,
+                    source,
+                }),
+            }
+        }
+    }
+}
+
+/// Owner references replaced as a whole; the UID makes the patch apply to
+/// exactly the child the snapshot saw.
+fn owners_patch(
+    uid: Option<String>,
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Value {
+    let mut metadata = json!({ "ownerReferences": owners });
+    if let Some(uid) = uid {
+        metadata["uid"] = Value::String(uid);
+    }
+    json!({ "metadata": metadata })
+}
+
+/// Merge-patches `status`; replica types that disappeared are nulled, since
+/// a merge patch would otherwise keep them.
+async fn write_status(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    old: &JobStatus,
+    new: &JobStatus,
+) -> Result<Option<String>, ReconcileFailure> {
+    let mut status = serde_json::to_value(new).unwrap_or(Value::Null);
+    if let Some(replicas) = status
+        .get_mut("replicaStatuses")
+        .and_then(Value::as_object_mut)
+    {
+        for key in old.replica_statuses.keys() {
+            if !new.replica_statuses.contains_key(key) {
+                replicas.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    let api: Api<TFJobObject> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": status })),
+    )
+    .await
+    .map(|job| job.metadata.resource_version)
+    .map_err(|source| ReconcileFailure::Api {
+        what: "writing status of tfjob",
+        name: name.to_string(),
+        source,
+    })
+}
+
+async fn publish_planned(
+    ctx: &Context,
+    reference: &ObjectReference,
+    namespace: &str,
+    planned: PlannedEvent,
+) {
+    if let Some(key) = &planned.dedup_key
+        && !ctx.emitted.lock().insert(key.clone())
+    {
+        return;
+    }
+    match planned.reason.as_str() {
+        conditions::REASON_SUCCEEDED => ctx.metrics.job_succeeded(namespace),
+        conditions::REASON_FAILED => ctx.metrics.job_failed(namespace),
+        conditions::REASON_RESTARTING => ctx.metrics.job_restarted(namespace),
+        _ => {}
+    }
+    let type_ = match planned.type_ {
+        EventType::Normal => KubeEventType::Normal,
+        EventType::Warning => KubeEventType::Warning,
+    };
+    event(ctx, reference, type_, &planned.reason, planned.message).await;
+}
+
+async fn event(
+    ctx: &Context,
+    reference: &ObjectReference,
+    type_: KubeEventType,
+    reason: &str,
+    message: String,
+) {
+    ctx.events
+        .publish_or_log(reference, type_, reason, "Reconcile", Some(message))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    use super::*;
+
+    fn meta(owner: Option<(&str, &str)>, job_label: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("child".into()),
+            namespace: Some("ns".into()),
+            labels: job_label.map(|job| {
+                [
+                    ("group-name".to_string(), "kubeflow.org".to_string()),
+                    ("job-name".to_string(), job.to_string()),
+                ]
+                .into()
+            }),
+            owner_references: owner.map(|(kind, name)| {
+                vec![OwnerReference {
+                    api_version: "kubeflow.org/v1".into(),
+                    kind: kind.into(),
+                    name: name.into(),
+                    uid: format!("uid-{name}"),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_cached_job_older_than_our_status_write_is_planned_from_the_written_status() {
+        let written = WrittenStatus {
+            cached_resource_version: Some("10".into()),
+            written_resource_version: Some("12".into()),
+            status: JobStatus::default(),
+        };
+        // 11: someone else's update that arrived before our write.
+        assert!(written.is_newer_than(Some(&"10".to_string())));
+        assert!(written.is_newer_than(Some(&"11".to_string())));
+        assert!(!written.is_newer_than(Some(&"12".to_string())));
+        assert!(!written.is_newer_than(Some(&"13".to_string())));
+        let opaque = WrittenStatus {
+            cached_resource_version: Some("a".into()),
+            written_resource_version: Some("c".into()),
+            status: JobStatus::default(),
+        };
+        assert!(opaque.is_newer_than(Some(&"a".to_string())));
+        assert!(!opaque.is_newer_than(Some(&"b".to_string())));
+    }
+
+    #[test]
+    fn a_pod_owned_by_a_tfjob_enqueues_exactly_the_jobs_key() {
+        assert_eq!(
+            child_key(&meta(Some(("TFJob", "mnist")), Some("mnist"))),
+            Some("ns/mnist".to_string())
+        );
+        assert_eq!(
+            owner_index(&meta(Some(("TFJob", "mnist")), None)),
+            ["uid-mnist"]
+        );
+    }
+
+    #[test]
+    fn an_orphan_enqueues_the_job_its_labels_name_and_a_child_of_another_controller_nothing() {
+        assert_eq!(
+            child_key(&meta(None, Some("mnist"))),
+            Some("ns/mnist".to_string())
+        );
+        assert_eq!(
+            child_key(&meta(Some(("Job", "batch")), Some("mnist"))),
+            None
+        );
+        assert!(owner_index(&meta(Some(("Job", "batch")), None)).is_empty());
+        assert_eq!(job_label_index(&meta(None, Some("mnist"))), ["ns/mnist"]);
+    }
+}

@@ -1,0 +1,303 @@
+//! Wiring one operator replica on controller-kit: caches of TFJobs and of
+//! the pods and Services carrying `group-name=kubeflow.org` (never an
+//! unfiltered pod watch), indexed by owner UID; the controller; Lease
+//! election; metrics.
+
+use std::sync::Arc;
+
+use controller_kit::{
+    CachedStore, Controller, EventSink, LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
+    MetricsRegistry, ObjectEvent, Readiness, StoreOptions, serve::AdminServer,
+};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Api;
+use kube::runtime::watcher;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::TFJobObject;
+use crate::plan::PlanConfig;
+use crate::plan::names::WATCH_SELECTOR;
+use crate::reconcile::{self, Context, INDEX_JOB_LABEL, INDEX_OWNER};
+
+/// Settings of one operator replica.
+#[derive(Clone, Debug)]
+pub struct OperatorConfig {
+    /// Watch only this namespace (all when `None`).
+    pub namespace: Option<String>,
+    pub plan: PlanConfig,
+    /// Reconcile workers.
+    pub workers: usize,
+    /// The Lease replicas elect a leader on.
+    pub election: LeaderElectionConfig,
+}
+
+impl OperatorConfig {
+    /// Defaults: all namespaces, one worker, Lease `tf-operator` in
+    /// `lease_namespace`.
+    pub fn new(lease_namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: None,
+            plan: PlanConfig::default(),
+            workers: 1,
+            election: LeaderElectionConfig::new(lease_namespace, "tf-operator"),
+        }
+    }
+}
+
+type ByNamespace = Family<Vec<(String, String)>, Counter>;
+
+/// The operator's own metrics (upstream's names; counted per transition,
+/// not per pass).
+#[derive(Clone, Default)]
+pub struct Metrics {
+    pub jobs_created: ByNamespace,
+    pub jobs_successful: ByNamespace,
+    pub jobs_failed: ByNamespace,
+    pub jobs_restarted: ByNamespace,
+    pub created_pods: Counter,
+    pub deleted_pods: Counter,
+    pub failed_pods: Counter,
+    pub created_services: Counter,
+    pub failed_services: Counter,
+}
+
+fn namespace_label(namespace: &str) -> Vec<(String, String)> {
+    vec![("job_namespace".to_string(), namespace.to_string())]
+}
+
+impl Metrics {
+    /// Registers every metric in `registry`.
+    pub fn register(registry: &MetricsRegistry) -> Metrics {
+        let metrics = Metrics::default();
+        let mut r = registry.write();
+        r.register(
+            "tf_operator_jobs_created",
+            "TFJobs seen for the first time",
+            metrics.jobs_created.clone(),
+        );
+        r.register(
+            "tf_operator_jobs_successful",
+            "TFJobs that succeeded",
+            metrics.jobs_successful.clone(),
+        );
+        r.register(
+            "tf_operator_jobs_failed",
+            "TFJobs that failed",
+            metrics.jobs_failed.clone(),
+        );
+        r.register(
+            "tf_operator_jobs_restarted",
+            "TFJob replica restarts (ExitCode)",
+            metrics.jobs_restarted.clone(),
+        );
+        r.register("created_pods", "Pods created", metrics.created_pods.clone());
+        r.register("deleted_pods", "Pods deleted", metrics.deleted_pods.clone());
+        r.register(
+            "failed_pods",
+            "Pod creations that failed",
+            metrics.failed_pods.clone(),
+        );
+        r.register(
+            "succeeded_service_creation",
+            "Services created",
+            metrics.created_services.clone(),
+        );
+        r.register(
+            "failed_service_creation",
+            "Service creations that failed",
+            metrics.failed_services.clone(),
+        );
+        metrics
+    }
+
+    pub fn job_created(&self, namespace: &str) {
+        self.jobs_created
+            .get_or_create(&namespace_label(namespace))
+            .inc();
+    }
+    pub fn job_succeeded(&self, namespace: &str) {
+        self.jobs_successful
+            .get_or_create(&namespace_label(namespace))
+            .inc();
+    }
+    pub fn job_failed(&self, namespace: &str) {
+        self.jobs_failed
+            .get_or_create(&namespace_label(namespace))
+            .inc();
+    }
+    pub fn job_restarted(&self, namespace: &str) {
+        self.jobs_restarted
+            .get_or_create(&namespace_label(namespace))
+            .inc();
+    }
+}
+
+/// Setting the operator up failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("invalid operator setup: {0}")]
+    Setup(String),
+    #[error(transparent)]
+    Manager(#[from] ManagerError),
+}
+
+/// One operator replica, built and ready to run.
+pub struct Operator {
+    manager: Manager,
+    registry: MetricsRegistry,
+    readiness: Readiness,
+    context: Arc<Context>,
+}
+
+fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn child_store_options<K>(meta: fn(&K) -> &kube::core::ObjectMeta) -> StoreOptions<K>
+where
+    K: kube::Resource + 'static,
+{
+    StoreOptions::default()
+        .transform(|child: &mut K| {
+            // Only metadata and status are read; managed fields are large.
+            child.meta_mut().managed_fields = None;
+        })
+        .index(INDEX_OWNER, move |child: &K| {
+            reconcile::owner_index(meta(child))
+        })
+        .index(INDEX_JOB_LABEL, move |child: &K| {
+            reconcile::job_label_index(meta(child))
+        })
+}
+
+impl Operator {
+    /// Sets up caches and the controller; nothing runs until [`Operator::run`].
+    pub fn new(client: kube::Client, config: OperatorConfig) -> Result<Operator, RunError> {
+        let registry = MetricsRegistry::new();
+        let metrics = Metrics::register(&registry);
+        let mut manager = Manager::new(
+            client.clone(),
+            ManagerConfig::new(config.election.clone()),
+            &registry,
+        )
+        .map_err(|error| RunError::Setup(error.to_string()))?;
+        let readiness = manager.readiness();
+        let namespace = config.namespace.as_deref();
+        let setup = |error: controller_kit::caches::CacheError| RunError::Setup(error.to_string());
+        let jobs: CachedStore<TFJobObject> = manager
+            .caches()
+            .add(
+                "tfjobs",
+                api(&client, namespace),
+                watcher::Config::default(),
+                StoreOptions::default().transform(|job: &mut TFJobObject| {
+                    job.metadata.managed_fields = None;
+                }),
+            )
+            .map_err(setup)?;
+        let pods: CachedStore<Pod> = manager
+            .caches()
+            .add(
+                "tfjob-pods",
+                api(&client, namespace),
+                watcher::Config::default().labels(WATCH_SELECTOR),
+                child_store_options(|pod: &Pod| &pod.metadata),
+            )
+            .map_err(setup)?;
+        let services: CachedStore<Service> = manager
+            .caches()
+            .add(
+                "tfjob-services",
+                api(&client, namespace),
+                watcher::Config::default().labels(WATCH_SELECTOR),
+                child_store_options(|service: &Service| &service.metadata),
+            )
+            .map_err(setup)?;
+        let events = EventSink::new(
+            client.clone(),
+            "tf-operator",
+            std::env::var("POD_NAME").ok(),
+        );
+        let context = Arc::new(Context::new(
+            client,
+            jobs.clone(),
+            pods.clone(),
+            services.clone(),
+            config.plan.clone(),
+            events,
+            metrics,
+        ));
+        let controller = {
+            let reconcile_context = Arc::clone(&context);
+            let forget_context = Arc::clone(&context);
+            Controller::new("tfjobs", move |key: String, _cancel| {
+                reconcile::reconcile(Arc::clone(&reconcile_context), key)
+            })
+            .workers(config.workers.max(1))
+            .watches(&jobs, move |event, queue| {
+                let job = event.object();
+                if let ObjectEvent::Deleted(_) = event
+                    && let Some(uid) = job.metadata.uid.as_deref()
+                {
+                    forget_context.forget(uid);
+                }
+                if let (Some(namespace), Some(name)) = (
+                    job.metadata.namespace.as_deref(),
+                    job.metadata.name.as_deref(),
+                ) {
+                    queue.add(format!("{namespace}/{name}"));
+                }
+            })
+            .watches(&pods, |event, queue| {
+                if let Some(key) = reconcile::child_key(&event.object().metadata) {
+                    queue.add(key);
+                }
+            })
+            .watches(&services, |event, queue| {
+                if let Some(key) = reconcile::child_key(&event.object().metadata) {
+                    queue.add(key);
+                }
+            })
+        };
+        manager.add(controller);
+        Ok(Operator {
+            manager,
+            registry,
+            readiness,
+            context,
+        })
+    }
+
+    /// `/healthz`, `/readyz` and `/metrics` of this replica.
+    pub fn admin_server(&self) -> AdminServer {
+        AdminServer::new(self.readiness.clone(), self.registry.clone())
+    }
+
+    /// The replica's readiness.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.clone()
+    }
+
+    /// The metrics registry (for tests and extra routes).
+    pub fn registry(&self) -> MetricsRegistry {
+        self.registry.clone()
+    }
+
+    /// The reconciler's shared state.
+    pub fn context(&self) -> Arc<Context> {
+        Arc::clone(&self.context)
+    }
+
+    /// Runs until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
+        self.manager.run(shutdown).await.map_err(RunError::from)
+    }
+}

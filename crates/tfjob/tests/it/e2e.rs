@@ -1,0 +1,310 @@
+//! The end-to-end scenarios of issue 15 (report 4: 8, 11, 12, 30, 31, 53-56
+//! on a live API server).
+
+use kube::api::DeleteParams;
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dist_mnist_job_with_2_ps_and_4_workers_goes_created_running_succeeded_when_the_workers_exit_0()
+ {
+    let cluster = test_cluster("dist-mnist").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "dist-mnist",
+        json!({"tfReplicaSpecs": {
+            "PS": replica(2, None, 0),
+            "Worker": replica(4, Some("2"), 0),
+        }}),
+    )
+    .await;
+
+    wait_for_condition(&cluster, "dist-mnist", "Running").await;
+    let names: Vec<String> = job_pods(&cluster, "dist-mnist")
+        .await
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "dist-mnist-ps-0",
+            "dist-mnist-ps-1",
+            "dist-mnist-worker-0",
+            "dist-mnist-worker-1",
+            "dist-mnist-worker-2",
+            "dist-mnist-worker-3"
+        ]
+    );
+    assert_eq!(job_services(&cluster, "dist-mnist").await.len(), 6);
+    let worker = pods(&cluster).get("dist-mnist-worker-1").await.unwrap();
+    let env = worker.spec.unwrap().containers[0].env.clone().unwrap();
+    let tf_config = env.iter().find(|e| e.name == "TF_CONFIG").unwrap();
+    assert_eq!(
+        tf_config.value.as_deref(),
+        Some(
+            r#"{"cluster":{"ps":["dist-mnist-ps-0.dist-mnist.svc:2222","dist-mnist-ps-1.dist-mnist.svc:2222"],"worker":["dist-mnist-worker-0.dist-mnist.svc:2222","dist-mnist-worker-1.dist-mnist.svc:2222","dist-mnist-worker-2.dist-mnist.svc:2222","dist-mnist-worker-3.dist-mnist.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"}"#
+        )
+    );
+
+    let status = wait_for_condition(&cluster, "dist-mnist", "Succeeded").await;
+    let types: Vec<(&str, &str)> = status
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str()))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("Created", "True"),
+            ("Running", "False"),
+            ("Succeeded", "True")
+        ]
+    );
+    assert!(status.start_time.is_some() && status.completion_time.is_some());
+    // cleanPodPolicy defaults to Running: the PS pods go, the workers stay.
+    eventually("the PS pods are deleted", || async {
+        pod_phase(&cluster, "dist-mnist-ps-0").await.is_none()
+            && pod_phase(&cluster, "dist-mnist-ps-1").await.is_none()
+    })
+    .await;
+    assert_eq!(
+        pod_phase(&cluster, "dist-mnist-worker-0").await.as_deref(),
+        Some("Succeeded")
+    );
+    assert_eq!(
+        event_count(&cluster, "TFJobSucceeded").await,
+        1,
+        "one event per transition"
+    );
+    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 6);
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_a_chief_succeeds_when_the_chief_does() {
+    let cluster = test_cluster("chief").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "chief-job",
+        json!({"tfReplicaSpecs": {
+            "Chief": replica(1, Some("1"), 0),
+            "Worker": replica(2, None, 0),
+        }}),
+    )
+    .await;
+    let status = wait_for_condition(&cluster, "chief-job", "Succeeded").await;
+    assert_eq!(status.conditions.last().unwrap().type_, "Succeeded");
+    assert_eq!(
+        status.conditions.last().unwrap().message.as_deref(),
+        Some("TFJob chief/chief-job successfully completed.")
+    );
+    let chief = pods(&cluster).get("chief-job-chief-0").await.unwrap();
+    assert_eq!(chief.metadata.labels.unwrap()["job-role"], "master");
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pod_is_recreated_under_the_same_name() {
+    let cluster = test_cluster("recreate").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "recreate",
+        json!({"tfReplicaSpecs": {"Worker": replica(2, None, 0), "PS": replica(1, None, 0)}}),
+    )
+    .await;
+    wait_for_condition(&cluster, "recreate", "Running").await;
+    eventually("worker 1 runs", || async {
+        pod_phase(&cluster, "recreate-worker-1").await.as_deref() == Some("Running")
+    })
+    .await;
+    let before = pods(&cluster)
+        .get("recreate-worker-1")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    pods(&cluster)
+        .delete("recreate-worker-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("worker 1 is back under the same name", || async {
+        match pods(&cluster).get_opt("recreate-worker-1").await.unwrap() {
+            Some(pod) => pod.metadata.uid != before && pod.metadata.deletion_timestamp.is_none(),
+            None => false,
+        }
+    })
+    .await;
+    assert_eq!(job_pods(&cluster, "recreate").await.len(), 3);
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_job_fails_with_reason_and_message_and_creates_no_pod() {
+    let cluster = test_cluster("invalid").await;
+    let operator = start_operator(&cluster).await;
+    let mut no_tensorflow = replica(1, None, 0);
+    no_tensorflow["template"]["spec"]["containers"][0]["name"] = json!("main");
+    create_job(
+        &cluster,
+        "invalid",
+        json!({"tfReplicaSpecs": {"Worker": no_tensorflow}}),
+    )
+    .await;
+    // Upstream's invalid_tfjob e2e shape: the replica specs under an unknown key.
+    create_job(
+        &cluster,
+        "no-specs",
+        json!({"notTheActualField": {"Worker": replica(1, None, 0)}}),
+    )
+    .await;
+    let status = wait_for_condition(&cluster, "invalid", "Failed").await;
+    let failed = status.conditions.last().unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("InvalidTFJobSpec"));
+    assert_eq!(
+        failed.message.as_deref(),
+        Some(
+            "Failed to marshal the object to TFJob; the spec is invalid: TFJobSpec is not valid: There is no container named tensorflow in Worker"
+        )
+    );
+    let status = wait_for_condition(&cluster, "no-specs", "Failed").await;
+    let failed = status.conditions.last().unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("InvalidTFJobSpec"));
+    assert!(
+        failed
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("the spec is invalid")
+    );
+    assert_eq!(job_pods(&cluster, "invalid").await, []);
+    assert_eq!(job_pods(&cluster, "no-specs").await, []);
+    assert_eq!(job_services(&cluster, "invalid").await, []);
+    assert_eq!(event_count(&cluster, "InvalidTFJobSpec").await, 2);
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_restart_mid_job_creates_no_duplicate_child() {
+    let cluster = test_cluster("restart").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "restart",
+        json!({"tfReplicaSpecs": {"PS": replica(1, None, 0), "Worker": replica(2, None, 0)}}),
+    )
+    .await;
+    wait_for_condition(&cluster, "restart", "Running").await;
+    eventually("all three pods and services exist", || async {
+        job_pods(&cluster, "restart").await.len() == 3
+            && job_services(&cluster, "restart").await.len() == 3
+    })
+    .await;
+    let pods_before = job_pods(&cluster, "restart").await;
+    let services_before = job_services(&cluster, "restart").await;
+    let status_before = status(&cluster, "restart").await;
+    operator.stop().await;
+
+    let operator = start_operator(&cluster).await;
+    // Give the new leader time to replay and reconcile every cached object.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(job_pods(&cluster, "restart").await, pods_before);
+    assert_eq!(job_services(&cluster, "restart").await, services_before);
+    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 3);
+    assert_eq!(event_count(&cluster, "SuccessfulCreateService").await, 3);
+    let status_after = status(&cluster, "restart").await;
+    assert_eq!(status_after.conditions, status_before.conditions);
+    assert_eq!(status_after.start_time, status_before.start_time);
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_top_level_clean_pod_policy_is_kept_by_the_crd_and_honoured_with_a_deprecated_field_warning()
+ {
+    let cluster = test_cluster("legacy").await;
+    let operator = start_operator(&cluster).await;
+    let mut worker = replica(2, Some("1"), 0);
+    worker["restartPolicy"] = json!("ExitCode");
+    // The v1.0.x dialect: run fields at the top of spec, lower-case keys.
+    create_job(
+        &cluster,
+        "legacy",
+        json!({"cleanPodPolicy": "All", "backoffLimit": 3, "tfReplicaSpecs": {"worker": worker}}),
+    )
+    .await;
+    let stored = jobs(&cluster).get("legacy").await.unwrap();
+    assert_eq!(stored.spec["cleanPodPolicy"], "All", "not pruned");
+    assert_eq!(stored.spec["backoffLimit"], 3);
+    wait_for_condition(&cluster, "legacy", "Succeeded").await;
+    // All (not the default Running) applies: the succeeded workers go too.
+    eventually("every pod of the job is deleted", || async {
+        job_pods(&cluster, "legacy").await.is_empty()
+    })
+    .await;
+    assert_eq!(event_count(&cluster, "DeprecatedField").await, 2);
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_pod_with_the_job_labels_is_adopted_and_a_deleted_service_is_recreated() {
+    let cluster = test_cluster("adopt").await;
+    let operator = start_operator(&cluster).await;
+    // A pod left by an older operator: short labels only, no owner.
+    let orphan: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "adopt-worker-0", "labels": {
+            "group-name": "kubeflow.org", "job-name": "adopt",
+            "replica-type": "worker", "replica-index": "0"}},
+        "spec": {"containers": [{"name": "tensorflow", "image": "img:1"}]}
+    }))
+    .unwrap();
+    let orphan = pods(&cluster)
+        .create(&Default::default(), &orphan)
+        .await
+        .unwrap();
+    create_job(
+        &cluster,
+        "adopt",
+        json!({"tfReplicaSpecs": {"Worker": replica(2, None, 0)}}),
+    )
+    .await;
+    let job_uid = jobs(&cluster).get("adopt").await.unwrap().metadata.uid;
+    eventually("the orphan is adopted", || async {
+        let pod = pods(&cluster).get("adopt-worker-0").await.unwrap();
+        pod.metadata.uid == orphan.metadata.uid
+            && pod
+                .metadata
+                .owner_references
+                .unwrap_or_default()
+                .iter()
+                .any(|o| Some(&o.uid) == job_uid.as_ref() && o.controller == Some(true))
+    })
+    .await;
+    eventually("both services exist", || async {
+        job_services(&cluster, "adopt").await.len() == 2
+    })
+    .await;
+    assert_eq!(job_pods(&cluster, "adopt").await.len(), 2);
+    let before = services(&cluster)
+        .get("adopt-worker-1")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    services(&cluster)
+        .delete("adopt-worker-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the service is back under the same name", || async {
+        services(&cluster)
+            .get_opt("adopt-worker-1")
+            .await
+            .unwrap()
+            .is_some_and(|s| s.metadata.uid != before)
+    })
+    .await;
+    operator.stop().await;
+}
