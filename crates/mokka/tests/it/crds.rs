@@ -241,3 +241,18 @@ fn runtime_state_structs_are_groups_or_values_and_numbers_are_optional() {
         "profile defaults and policies share one RuntimeState schema"
     );
 }
+
+#[test]
+fn the_rack_gpu_schema_requires_numa_node_and_host_processor_index() {
+    // Upstream SGPURackGPU: numaNode and hostProcessorIndex are required
+    // int32s with minimum 0, and never nullable.
+    let rack = root_schema(&crd("SGPURack"));
+    let gpu = at(&rack, &["spec", "nodes", "[]", "gpus", "[]"]);
+    let required = gpu.required.clone().unwrap();
+    for field in ["numaNode", "hostProcessorIndex"] {
+        assert!(required.contains(&field.to_string()), "{required:?}");
+        let schema = at(&gpu, &[field]);
+        assert_eq!(schema.minimum, Some(0.0), "{field}");
+        assert_ne!(schema.nullable, Some(true), "{field}");
+    }
+}
