@@ -366,7 +366,8 @@ fn main() {
             inventory: Some(&inventory),
             profiles: &profiles,
             policies: &policies,
-        });
+        })
+        .expect("fixture policies encode");
         evaluation.get_or_insert(built).decisions().len()
     });
     let evaluation = evaluation.expect("ran at least once");
