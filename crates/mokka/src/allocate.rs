@@ -128,7 +128,8 @@ pub enum ReleaseReason {
     GroupRemoved,
     /// The coordinate lies beyond the group's current racks x Nodes.
     CapacityShrink,
-    /// No Node with the bound name and UID exists.
+    /// No Node with the bound UID exists (the name is not compared, as
+    /// upstream).
     NodeGone,
     /// The Node lost `mokka.nvidia.com/sgpu-node=true`.
     NodeIneligible,
@@ -174,14 +175,41 @@ impl ConflictReason {
 }
 
 /// A Node the allocator will not place, and the groups it touches.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+///
+/// Ordered as upstream sorts conflicts: by the Node's age (creation time,
+/// name, UID), then kind; groups and bindings only make the order total.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
     pub reason: ConflictReason,
+    /// The Node: for `DuplicateBinding` the listed Node with that UID, or the
+    /// first binding's Node reference when no Node has it.
     pub node: NodeRef,
+    /// The Node's creation time (`None` for a UID no listed Node has, which
+    /// sorts first like Go's zero time).
+    pub created: Option<Time>,
     /// Sorted, distinct.
     pub groups: Vec<GroupKey>,
     /// For `DuplicateBinding`: every coordinate the Node is bound at, sorted.
     pub bindings: Vec<Binding>,
+}
+
+impl Ord for Conflict {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (&self.created, &self.node.name, &self.node.uid, self.reason)
+            .cmp(&(
+                &other.created,
+                &other.node.name,
+                &other.node.uid,
+                other.reason,
+            ))
+            .then_with(|| (&self.groups, &self.bindings).cmp(&(&other.groups, &other.bindings)))
+    }
+}
+
+impl PartialOrd for Conflict {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// A Node that matches exactly one group but has no slot yet: the group is
@@ -252,7 +280,7 @@ pub enum AllocationError {
     DuplicateGroup(GroupKey),
     #[error("rack group {} has an empty identity", go_quote(&.0.group))]
     GroupIdentityMissing(GroupKey),
-    #[error("rack group {} has a negative rack count or no Nodes per rack", go_quote(&.0.group))]
+    #[error("rack group {} has a negative rack count or Nodes per rack", go_quote(&.0.group))]
     InvalidGroupShape(GroupKey),
     #[error("rack group {} selector: {source}", go_quote(.group))]
     InvalidSelector {
@@ -359,7 +387,7 @@ fn compile_groups(
         {
             return Err(AllocationError::DuplicateGroup(key.clone()));
         }
-        if group.racks < 0 || group.nodes_per_rack < 1 {
+        if group.racks < 0 || group.nodes_per_rack < 0 {
             return Err(AllocationError::InvalidGroupShape(key.clone()));
         }
         let selector = PlacementSelector::compile(group.selector.as_ref()).map_err(|source| {
@@ -507,9 +535,9 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         };
         *count += 1;
         any_bound_twice |= *count > 1;
-        // The Node this binding names: same UID and same name.
-        let node =
-            node_position.filter(|&position| input.nodes[position].name == binding.node.name);
+        // The Node this binding names is the one with its UID (upstream
+        // looks bindings up by UID only; the name is not compared).
+        let node = node_position;
         let reason = match *group_index {
             None => Some(ReleaseReason::GroupRemoved),
             Some(index) => {
@@ -561,14 +589,18 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             }
         }
     }
-    for bound in duplicated.values() {
+    for (uid, bound) in &duplicated {
         let groups: BTreeSet<GroupKey> = bound
             .iter()
             .map(|binding| binding.group.as_ref().clone())
             .collect();
+        let listed = nodes_by_uid
+            .get(uid)
+            .map(|&position| &input.nodes[position]);
         conflicts.push(Conflict {
             reason: ConflictReason::DuplicateBinding,
-            node: bound[0].node.as_ref().clone(),
+            node: listed.map_or_else(|| bound[0].node.as_ref().clone(), NodeInput::node_ref),
+            created: listed.and_then(|node| node.created.clone()),
             groups: groups.into_iter().collect(),
             bindings: bound.iter().map(|binding| (*binding).clone()).collect(),
         });
@@ -610,6 +642,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             conflicts.push(Conflict {
                 reason: ConflictReason::SelectorOverlap,
                 node: node.node_ref(),
+                created: node.created.clone(),
                 groups: matching
                     .iter()
                     .map(|&index| groups[index].input.key.clone())

@@ -46,7 +46,7 @@ fn node(index: usize, created: i64, pool_choice: Option<u8>, eligible: bool) -> 
 /// with colliding creation times, and bindings that may name a Node twice,
 /// name a UID under another name, or lie outside capacity.
 fn arbitrary_input() -> impl Strategy<Value = AllocationInput> {
-    let groups = prop::collection::vec((0..4u8, 0..4i32, 1..4i32, prop::option::of(0..2u8)), 0..4)
+    let groups = prop::collection::vec((0..4u8, 0..4i32, 0..4i32, prop::option::of(0..2u8)), 0..4)
         .prop_map(|shapes| {
             let mut seen = std::collections::BTreeSet::new();
             shapes
@@ -294,7 +294,7 @@ enum Step {
 
 fn arbitrary_groups() -> impl Strategy<Value = Vec<GroupInput>> {
     (
-        prop::collection::vec((0..4u8, 0..4i32, 1..4i32, prop::option::of(0..2u8)), 0..4),
+        prop::collection::vec((0..4u8, 0..4i32, 0..4i32, prop::option::of(0..2u8)), 0..4),
         prop::option::of(0..2u8),
     )
         .prop_map(|(shapes, broken)| {
@@ -317,7 +317,7 @@ fn arbitrary_groups() -> impl Strategy<Value = Vec<GroupInput>> {
                 && seen.len() == 3
             {
                 if broken == 0 {
-                    first.nodes_per_rack = 0;
+                    first.nodes_per_rack = -1;
                 } else {
                     first.selector = Some(LabelSelector {
                         match_labels: Some(BTreeMap::from([(

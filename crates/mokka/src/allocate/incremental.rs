@@ -1009,9 +1009,7 @@ impl Allocator {
                     Some(group) => {
                         if group.slot(coord.1, coord.2).is_none() {
                             Some(ReleaseReason::CapacityShrink)
-                        } else if let Some(node) =
-                            node.filter(|node| node.input.name == binding.node.name)
-                        {
+                        } else if let Some(node) = node {
                             if !node.eligible {
                                 Some(ReleaseReason::NodeIneligible)
                             } else {
@@ -1035,7 +1033,11 @@ impl Allocator {
                 .collect();
             state.duplicate = Some(Box::new(Conflict {
                 reason: ConflictReason::DuplicateBinding,
-                node: bindings[0].0.node.as_ref().clone(),
+                node: node.map_or_else(
+                    || bindings[0].0.node.as_ref().clone(),
+                    |node| node.input.node_ref(),
+                ),
+                created: node.and_then(|node| node.input.created.clone()),
                 groups: groups.into_iter().collect(),
                 bindings: bindings
                     .iter()
@@ -1070,6 +1072,7 @@ impl Allocator {
                     state.overlap = Some(Box::new(Conflict {
                         reason: ConflictReason::SelectorOverlap,
                         node: node.input.node_ref(),
+                        created: node.input.created.clone(),
                         groups: several
                             .iter()
                             .map(|group| group.input.key.clone())
