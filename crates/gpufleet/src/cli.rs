@@ -37,6 +37,16 @@ pub enum Command {
     /// GPU serial inventory (gpuid).
     #[command(subcommand)]
     Gpuid(GpuidCommand),
+    /// Simulated-GPU racks (Mokka).
+    #[command(subcommand)]
+    Mokka(MokkaCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MokkaCommand {
+    /// Print the SGPURacks the controller would create for the profiles and
+    /// inventories in some manifests (or the errors it would report).
+    Render(crate::commands::mokka_render::RenderArgs),
 }
 
 #[derive(Debug, Args)]

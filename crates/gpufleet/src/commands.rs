@@ -1,4 +1,7 @@
-//! Small one-shot commands: printing CRDs, parsing a capture.
+//! Small one-shot commands: printing CRDs, parsing a capture, rendering
+//! Mokka racks.
+
+pub mod mokka_render;
 
 use std::io::Write;
 use std::path::Path;

@@ -34,6 +34,9 @@ fn main() -> std::process::ExitCode {
             cli::Command::Gpuid(cli::GpuidCommand::Run(args)) => {
                 return Ok(gpuid_run::run(args).await);
             }
+            cli::Command::Mokka(cli::MokkaCommand::Render(args)) => {
+                return commands::mokka_render::run(&args);
+            }
         }
         .map(|()| std::process::ExitCode::SUCCESS)
     });

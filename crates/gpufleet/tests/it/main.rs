@@ -4,5 +4,6 @@ mod commands;
 mod deploy_manifests;
 mod gpuid_run;
 mod mokka_crds;
+mod mokka_render;
 mod sim_serve;
 mod support;
