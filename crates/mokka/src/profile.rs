@@ -245,6 +245,7 @@ pub fn canonical_profile_json(
         }
     }
     omit_go_zero_values(&mut canonical);
+    canonicalize_quantities(&mut canonical);
     let mut out = Vec::with_capacity(1024);
     let mut serializer = serde_json::Serializer::with_formatter(&mut out, GoJsonFormatter);
     canonical
@@ -406,6 +407,30 @@ pub fn omit_go_zero_values(spec: &mut SGPURackProfileSpec) {
         && let Some(telemetry) = runtime.telemetry.as_mut()
     {
         clear_empty_string(&mut telemetry.performance_state);
+    }
+}
+
+/// Writes every Quantity of the spec in apimachinery's canonical form, as Go
+/// encodes a parsed `resource.Quantity` (a text that is not a quantity,
+/// which the CRD pattern rejects, is kept as written).
+fn canonicalize_quantities(spec: &mut SGPURackProfileSpec) {
+    let memory = &mut spec.node.gpus.memory;
+    let host = spec
+        .node
+        .host
+        .as_mut()
+        .and_then(|host| host.memory.as_mut())
+        .map(|memory| &mut memory.capacity);
+    let quantities = [
+        Some(&mut memory.capacity),
+        memory.reserved.as_mut(),
+        memory.bar1_capacity.as_mut(),
+        host,
+    ];
+    for quantity in quantities.into_iter().flatten() {
+        if let Some(canonical) = crate::quantity::canonical(&quantity.0) {
+            quantity.0 = canonical;
+        }
     }
 }
 
@@ -1001,6 +1026,38 @@ pub(crate) mod tests {
         assert!(
             text.contains(r#""gpuFabric":{"domain":{}},"network":{}}},"software":{}}"#),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn quantities_are_hashed_in_their_canonical_form_like_go() {
+        // Upstream: Go encodes a parsed resource.Quantity canonically, so
+        // `1024Mi` and `1Gi` are the same profile content.
+        let with_capacity = |capacity: &str, reserved: &str| {
+            let mut spec = upstream_test_profile_spec();
+            spec.node.gpus.memory.capacity = Quantity(capacity.into());
+            spec.node.gpus.memory.reserved = Some(Quantity(reserved.into()));
+            spec.node.host = Some(HostSpec {
+                cpu: None,
+                memory: Some(HostMemory {
+                    capacity: Quantity(capacity.into()),
+                    coherent_with_gpu: None,
+                }),
+            });
+            profile_revision(&spec).unwrap()
+        };
+        assert_eq!(
+            with_capacity("1Gi", "1Mi"),
+            with_capacity("1024Mi", "1024Ki")
+        );
+        assert_eq!(with_capacity("512Mi", "1k"), with_capacity("0.5Gi", "1000"));
+        assert_ne!(with_capacity("1Gi", "1Mi"), with_capacity("1G", "1Mi"));
+        // The zero Quantity of upstream's vector profile is "0" either way.
+        let mut zero = upstream_test_profile_spec();
+        zero.node.gpus.memory.capacity = Quantity("0Gi".into());
+        assert_eq!(
+            profile_revision(&zero).unwrap(),
+            UPSTREAM_TEST_PROFILE_REVISION
         );
     }
 
