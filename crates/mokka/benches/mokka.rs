@@ -39,6 +39,7 @@ fn node(index: usize) -> NodeInput {
                 "compute".to_string(),
             ),
         ]),
+        terminating: false,
     }
 }
 

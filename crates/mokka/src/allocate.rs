@@ -62,9 +62,18 @@ pub struct NodeInput {
     pub uid: String,
     pub created: Option<Time>,
     pub labels: BTreeMap<String, String>,
+    /// `metadata.deletionTimestamp` is set. A terminating Node is not
+    /// eligible, as upstream's allocator (`eligible`) decides.
+    pub terminating: bool,
 }
 
 impl NodeInput {
+    /// Eligible for placement: labelled `mokka.nvidia.com/sgpu-node=true`
+    /// and not terminating.
+    pub fn is_eligible(&self) -> bool {
+        !self.terminating && is_eligible(&self.labels)
+    }
+
     pub fn node_ref(&self) -> NodeRef {
         NodeRef {
             name: self.name.clone(),
@@ -131,7 +140,7 @@ pub enum ReleaseReason {
     /// No Node with the bound UID exists (the name is not compared, as
     /// upstream).
     NodeGone,
-    /// The Node lost `mokka.nvidia.com/sgpu-node=true`.
+    /// The Node lost `mokka.nvidia.com/sgpu-node=true`, or is terminating.
     NodeIneligible,
     /// The Node no longer matches the group's selector.
     SelectorMismatch,
@@ -470,7 +479,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         if nodes_by_uid.insert(node.uid.as_str(), index).is_some() {
             return Err(AllocationError::DuplicateNodeUid(node.uid.clone()));
         }
-        eligible.push(is_eligible(&node.labels));
+        eligible.push(node.is_eligible());
     }
 
     // Bindings, sorted, checked, and their in-capacity coordinates occupied.

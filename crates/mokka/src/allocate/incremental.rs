@@ -34,7 +34,7 @@ use super::{
     check_binding, check_node, compile_groups,
 };
 use crate::api::NodeRef;
-use crate::selector::{PlacementSelector, is_eligible};
+use crate::selector::PlacementSelector;
 
 /// Interned group key (stable for the allocator's lifetime).
 type KeyId = u32;
@@ -925,7 +925,7 @@ impl Allocator {
     }
 
     fn put_node(&mut self, node: NodeInput, batch: &mut Batch) {
-        let eligible = is_eligible(&node.labels);
+        let eligible = node.is_eligible();
         let order = NodeOrder {
             created: node.created.clone(),
             node: Arc::new(node.node_ref()),

@@ -131,7 +131,7 @@ pub(super) fn allocate_reference(input: &AllocationInput) -> Result<Allocation, 
                 if group.slot(binding.rack_index, binding.node_index).is_none() {
                     Some(ReleaseReason::CapacityShrink)
                 } else if let Some(node) = node {
-                    if !is_eligible(&node.labels) {
+                    if !node.is_eligible() {
                         Some(ReleaseReason::NodeIneligible)
                     } else {
                         work.selector_evaluations += 1;
@@ -189,7 +189,7 @@ pub(super) fn allocate_reference(input: &AllocationInput) -> Result<Allocation, 
     let mut candidates: Vec<&NodeInput> = input
         .nodes
         .iter()
-        .filter(|node| is_eligible(&node.labels))
+        .filter(|node| node.is_eligible())
         .collect();
     candidates.sort_by(|a, b| (&a.created, &a.name, &a.uid).cmp(&(&b.created, &b.name, &b.uid)));
     let mut assigned = Vec::new();

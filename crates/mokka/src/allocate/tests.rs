@@ -39,6 +39,7 @@ pub(super) fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
         uid: format!("{name}-uid"),
         created: time(created),
         labels,
+        terminating: false,
     }
 }
 
@@ -725,6 +726,30 @@ fn a_binding_whose_uid_matches_is_the_same_node_whatever_its_name() {
     assert_eq!(allocation.retained, vec![renamed]);
     assert!(allocation.released.is_empty());
     assert!(allocation.assigned.is_empty());
+    assert!(allocation.pending.is_empty());
+    assert_eq!(Allocator::new(&input).unwrap().allocation(), &allocation);
+}
+
+#[test]
+fn a_terminating_node_is_not_eligible() {
+    // Upstream eligible(): `!node.Terminating && label == "true"`. Its
+    // binding is released NodeIneligible and it is never placed.
+    let mut leaving = node("leaving", 1, None);
+    leaving.terminating = true;
+    let mut arriving = node("arriving", 2, None);
+    arriving.terminating = true;
+    let input = AllocationInput {
+        groups: vec![group("compute", 1, 2, None)],
+        nodes: vec![leaving, arriving, node("staying", 3, None)],
+        bindings: vec![bind("compute", 0, 0, "leaving")],
+    };
+    let allocation = allocate(&input).unwrap();
+    assert_eq!(allocation.released.len(), 1);
+    assert_eq!(allocation.released[0].reason, ReleaseReason::NodeIneligible);
+    assert_eq!(
+        coordinates(&allocation.assigned),
+        vec![c("compute", 0, 1, "staying")]
+    );
     assert!(allocation.pending.is_empty());
     assert_eq!(Allocator::new(&input).unwrap().allocation(), &allocation);
 }
