@@ -1,6 +1,7 @@
-//! Small one-shot commands: printing CRDs, parsing a capture; the
-//! operator subcommands live in their own modules below.
+//! Small one-shot commands: printing CRDs, parsing a capture, rendering
+//! Mokka racks; the operator subcommands live in their own modules below.
 
+pub mod mokka_render;
 pub mod tfjob;
 
 use std::io::Write;

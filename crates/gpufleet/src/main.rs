@@ -44,6 +44,9 @@ fn main() -> std::process::ExitCode {
                 return Ok(gpuid_run::run(args).await);
             }
             cli::Command::Tfjob(args) => commands::tfjob::main(args).await,
+            cli::Command::Mokka(cli::MokkaCommand::Render(args)) => {
+                return commands::mokka_render::run(&args);
+            }
         }
         .map(|()| std::process::ExitCode::SUCCESS)
     });

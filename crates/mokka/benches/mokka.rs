@@ -39,6 +39,7 @@ fn node(index: usize) -> NodeInput {
                 "compute".to_string(),
             ),
         ]),
+        terminating: false,
     }
 }
 
@@ -366,7 +367,8 @@ fn main() {
             inventory: Some(&inventory),
             profiles: &profiles,
             policies: &policies,
-        });
+        })
+        .expect("fixture policies encode");
         evaluation.get_or_insert(built).decisions().len()
     });
     let evaluation = evaluation.expect("ran at least once");

@@ -62,9 +62,18 @@ pub struct NodeInput {
     pub uid: String,
     pub created: Option<Time>,
     pub labels: BTreeMap<String, String>,
+    /// `metadata.deletionTimestamp` is set. A terminating Node is not
+    /// eligible, as upstream's allocator (`eligible`) decides.
+    pub terminating: bool,
 }
 
 impl NodeInput {
+    /// Eligible for placement: labelled `mokka.nvidia.com/sgpu-node=true`
+    /// and not terminating.
+    pub fn is_eligible(&self) -> bool {
+        !self.terminating && is_eligible(&self.labels)
+    }
+
     pub fn node_ref(&self) -> NodeRef {
         NodeRef {
             name: self.name.clone(),
@@ -128,9 +137,10 @@ pub enum ReleaseReason {
     GroupRemoved,
     /// The coordinate lies beyond the group's current racks x Nodes.
     CapacityShrink,
-    /// No Node with the bound name and UID exists.
+    /// No Node with the bound UID exists (the name is not compared, as
+    /// upstream).
     NodeGone,
-    /// The Node lost `mokka.nvidia.com/sgpu-node=true`.
+    /// The Node lost `mokka.nvidia.com/sgpu-node=true`, or is terminating.
     NodeIneligible,
     /// The Node no longer matches the group's selector.
     SelectorMismatch,
@@ -174,14 +184,41 @@ impl ConflictReason {
 }
 
 /// A Node the allocator will not place, and the groups it touches.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+///
+/// Ordered as upstream sorts conflicts: by the Node's age (creation time,
+/// name, UID), then kind; groups and bindings only make the order total.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
     pub reason: ConflictReason,
+    /// The Node: for `DuplicateBinding` the listed Node with that UID, or the
+    /// first binding's Node reference when no Node has it.
     pub node: NodeRef,
+    /// The Node's creation time (`None` for a UID no listed Node has, which
+    /// sorts first like Go's zero time).
+    pub created: Option<Time>,
     /// Sorted, distinct.
     pub groups: Vec<GroupKey>,
     /// For `DuplicateBinding`: every coordinate the Node is bound at, sorted.
     pub bindings: Vec<Binding>,
+}
+
+impl Ord for Conflict {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (&self.created, &self.node.name, &self.node.uid, self.reason)
+            .cmp(&(
+                &other.created,
+                &other.node.name,
+                &other.node.uid,
+                other.reason,
+            ))
+            .then_with(|| (&self.groups, &self.bindings).cmp(&(&other.groups, &other.bindings)))
+    }
+}
+
+impl PartialOrd for Conflict {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// A Node that matches exactly one group but has no slot yet: the group is
@@ -252,7 +289,7 @@ pub enum AllocationError {
     DuplicateGroup(GroupKey),
     #[error("rack group {} has an empty identity", go_quote(&.0.group))]
     GroupIdentityMissing(GroupKey),
-    #[error("rack group {} has a negative rack count or no Nodes per rack", go_quote(&.0.group))]
+    #[error("rack group {} has a negative rack count or Nodes per rack", go_quote(&.0.group))]
     InvalidGroupShape(GroupKey),
     #[error("rack group {} selector: {source}", go_quote(.group))]
     InvalidSelector {
@@ -359,7 +396,7 @@ fn compile_groups(
         {
             return Err(AllocationError::DuplicateGroup(key.clone()));
         }
-        if group.racks < 0 || group.nodes_per_rack < 1 {
+        if group.racks < 0 || group.nodes_per_rack < 0 {
             return Err(AllocationError::InvalidGroupShape(key.clone()));
         }
         let selector = PlacementSelector::compile(group.selector.as_ref()).map_err(|source| {
@@ -442,7 +479,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         if nodes_by_uid.insert(node.uid.as_str(), index).is_some() {
             return Err(AllocationError::DuplicateNodeUid(node.uid.clone()));
         }
-        eligible.push(is_eligible(&node.labels));
+        eligible.push(node.is_eligible());
     }
 
     // Bindings, sorted, checked, and their in-capacity coordinates occupied.
@@ -507,9 +544,9 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
         };
         *count += 1;
         any_bound_twice |= *count > 1;
-        // The Node this binding names: same UID and same name.
-        let node =
-            node_position.filter(|&position| input.nodes[position].name == binding.node.name);
+        // The Node this binding names is the one with its UID (upstream
+        // looks bindings up by UID only; the name is not compared).
+        let node = node_position;
         let reason = match *group_index {
             None => Some(ReleaseReason::GroupRemoved),
             Some(index) => {
@@ -561,14 +598,18 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             }
         }
     }
-    for bound in duplicated.values() {
+    for (uid, bound) in &duplicated {
         let groups: BTreeSet<GroupKey> = bound
             .iter()
             .map(|binding| binding.group.as_ref().clone())
             .collect();
+        let listed = nodes_by_uid
+            .get(uid)
+            .map(|&position| &input.nodes[position]);
         conflicts.push(Conflict {
             reason: ConflictReason::DuplicateBinding,
-            node: bound[0].node.as_ref().clone(),
+            node: listed.map_or_else(|| bound[0].node.as_ref().clone(), NodeInput::node_ref),
+            created: listed.and_then(|node| node.created.clone()),
             groups: groups.into_iter().collect(),
             bindings: bound.iter().map(|binding| (*binding).clone()).collect(),
         });
@@ -610,6 +651,7 @@ pub fn allocate(input: &AllocationInput) -> Result<Allocation, AllocationError> 
             conflicts.push(Conflict {
                 reason: ConflictReason::SelectorOverlap,
                 node: node.node_ref(),
+                created: node.created.clone(),
                 groups: matching
                     .iter()
                     .map(|&index| groups[index].input.key.clone())

@@ -14,6 +14,7 @@ pub mod inventory;
 pub mod limits;
 pub mod policy;
 pub mod profile;
+pub mod quantity;
 pub mod render;
 pub mod selector;
 mod text;

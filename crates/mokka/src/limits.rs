@@ -145,12 +145,16 @@ pub struct AdmissionCandidate {
     pub name: String,
     pub uid: String,
     pub created: Option<Time>,
+    /// Being deleted: it takes no budget and is not admitted, but the racks
+    /// it still holds stay charged until they are released.
+    pub deleting: bool,
     /// Declared rack groups, counted before profile resolution so a broken
     /// profile reference cannot escape the budget.
     pub declared_groups: usize,
     /// Resolved capacity plus the durable capacity of groups whose profile
     /// currently fails. `None` when the inventory is not materializable
-    /// (invalid, or over its own limits): it is charged nothing.
+    /// (invalid, over its own limits, or with no resolved group): it is
+    /// charged only for what it holds.
     pub target: Option<Capacity>,
     /// Capacity its existing racks hold now; charged until released.
     pub held: Capacity,
@@ -161,10 +165,14 @@ pub struct AdmissionCandidate {
 pub enum AdmissionOutcome {
     /// Admitted, and its growth fits what is held now: it may reconcile.
     Ready,
-    /// Admitted, but its growth does not fit until others release capacity.
+    /// Admitted, but its growth does not fit until others release capacity
+    /// (or an older inventory's growth is still waiting).
     Pending,
-    /// Not materializable; fits the group budget and is charged nothing.
+    /// Not materializable; fits the group budget and is charged nothing new.
     NotMaterializable,
+    /// Deleting or without a UID: outside admission; its held racks stay
+    /// charged.
+    Skipped,
     /// Outside the aggregate limits: `Accepted=False`, `CapacityExceeded`,
     /// and its racks are retired.
     Rejected { message: String },
@@ -195,60 +203,144 @@ pub fn aggregate_rejection_message(name: &str) -> String {
     )
 }
 
-/// Cluster-wide admission. Inventories are taken oldest first by
-/// (creationTimestamp, name, uid) and admitted whole while they fit:
-/// first the budget of 64 rack groups, then 100,000 Nodes and racks for the
-/// materializable ones. An admitted inventory is `Ready` when its growth over
-/// what it holds fits next to everything held now (including racks of
-/// rejected inventories that are not yet released), else `Pending`.
+/// Cluster-wide admission, as upstream's capacity admission:
+///
+/// 1. Inventories are taken oldest first by (creationTimestamp, name, uid).
+///    Deleting ones and ones without UID are skipped.
+/// 2. Rack-group budget: an inventory is admitted to it when its declared
+///    groups (1..=64) fit next to the groups of those admitted before it;
+///    one that does not fit is rejected and later ones may still fit.
+/// 3. Capacity: the running total starts from the racks held by every
+///    inventory that is not a materializable candidate (rejected by the
+///    group budget, deleting, not materializable). Each materializable
+///    candidate is admitted whole when its target fits next to that and
+///    every candidate admitted before it (100,000 Nodes and racks, int32
+///    GPUs), else rejected.
+/// 4. Readiness: in the same order, an admitted inventory whose growth over
+///    what it holds is zero is `Ready`; otherwise its growth must fit next
+///    to everything held now plus the growth of those before it. The first
+///    growth that does not fit makes it and every later growing inventory
+///    `Pending`, so readiness never overtakes admission order.
 pub fn admit(candidates: &[AdmissionCandidate]) -> Admission {
     let mut ordered: Vec<&AdmissionCandidate> = candidates.iter().collect();
     ordered.sort_by(|a, b| (&a.created, &a.name, &a.uid).cmp(&(&b.created, &b.name, &b.uid)));
 
-    let mut groups_used = 0usize;
-    let mut admitted = Capacity::default();
-    let mut live = candidates
+    let live = candidates
         .iter()
         .fold(Capacity::default(), |sum, c| saturating_add(sum, c.held));
-    let mut decisions = Vec::with_capacity(ordered.len());
-    for candidate in ordered {
-        let reject = || AdmissionOutcome::Rejected {
-            message: aggregate_rejection_message(&candidate.name),
-        };
-        let outcome = if groups_used + candidate.declared_groups > MAX_RACK_GROUPS {
-            reject()
+
+    // Steps 1 and 2: the group budget, before any profile is looked at.
+    let mut groups_used = 0usize;
+    let mut outcomes: Vec<Option<AdmissionOutcome>> = Vec::with_capacity(ordered.len());
+    for candidate in &ordered {
+        let outcome = if candidate.deleting || candidate.uid.is_empty() {
+            Some(AdmissionOutcome::Skipped)
+        } else if candidate.declared_groups == 0
+            || candidate.declared_groups > MAX_RACK_GROUPS
+            || groups_used + candidate.declared_groups > MAX_RACK_GROUPS
+        {
+            Some(rejection(candidate))
         } else {
-            match candidate.target {
-                None => {
-                    groups_used += candidate.declared_groups;
-                    AdmissionOutcome::NotMaterializable
-                }
-                Some(target) => {
-                    let next = saturating_add(admitted, target);
-                    if next.nodes > MAX_INVENTORY_NODES || next.racks > MAX_INVENTORY_NODES {
-                        reject()
-                    } else {
-                        groups_used += candidate.declared_groups;
-                        admitted = next;
-                        let growth = Capacity {
-                            racks: (target.racks - candidate.held.racks).max(0),
-                            nodes: (target.nodes - candidate.held.nodes).max(0),
-                            gpus: (target.gpus - candidate.held.gpus).max(0),
-                        };
-                        let peak = saturating_add(live, growth);
-                        if peak.nodes <= MAX_INVENTORY_NODES && peak.racks <= MAX_INVENTORY_NODES {
-                            live = peak;
-                            AdmissionOutcome::Ready
-                        } else {
-                            AdmissionOutcome::Pending
-                        }
-                    }
-                }
+            groups_used += candidate.declared_groups;
+            candidate
+                .target
+                .is_none()
+                .then_some(AdmissionOutcome::NotMaterializable)
+        };
+        outcomes.push(outcome);
+    }
+
+    // Step 3: what non-candidates hold is fixed; candidates are admitted
+    // whole against it.
+    let candidate_held = ordered
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_none())
+        .fold(Capacity::default(), |sum, (c, _)| {
+            saturating_add(sum, c.held)
+        });
+    let mut target_total = Capacity {
+        racks: live.racks.saturating_sub(candidate_held.racks),
+        nodes: live.nodes.saturating_sub(candidate_held.nodes),
+        gpus: live.gpus.saturating_sub(candidate_held.gpus),
+    };
+    let mut admitted = vec![false; ordered.len()];
+    for (index, candidate) in ordered.iter().enumerate() {
+        if outcomes[index].is_some() {
+            continue;
+        }
+        let Some(target) = candidate.target else {
+            continue;
+        };
+        let next = saturating_add(target_total, target);
+        if within_supported_capacity(next) {
+            target_total = next;
+            admitted[index] = true;
+        } else {
+            outcomes[index] = Some(rejection(candidate));
+        }
+    }
+
+    // Step 4: readiness in admission order.
+    let mut live_peak = live;
+    let mut growth_blocked = false;
+    for (index, candidate) in ordered.iter().enumerate() {
+        if !admitted[index] {
+            continue;
+        }
+        let target = candidate.target.unwrap_or_default();
+        let growth = Capacity {
+            racks: (target.racks - candidate.held.racks).max(0),
+            nodes: (target.nodes - candidate.held.nodes).max(0),
+            gpus: (target.gpus - candidate.held.gpus).max(0),
+        };
+        let ready = if growth == Capacity::default() {
+            true
+        } else if growth_blocked {
+            false
+        } else {
+            let next = saturating_add(live_peak, growth);
+            if within_supported_capacity(next) {
+                live_peak = next;
+                true
+            } else {
+                growth_blocked = true;
+                false
             }
         };
-        decisions.push((candidate.name.clone(), candidate.uid.clone(), outcome));
+        outcomes[index] = Some(if ready {
+            AdmissionOutcome::Ready
+        } else {
+            AdmissionOutcome::Pending
+        });
     }
+
+    let decisions = ordered
+        .into_iter()
+        .zip(outcomes)
+        .map(|(candidate, outcome)| {
+            (
+                candidate.name.clone(),
+                candidate.uid.clone(),
+                outcome.unwrap_or(AdmissionOutcome::Skipped),
+            )
+        })
+        .collect();
     Admission { decisions }
+}
+
+fn rejection(candidate: &AdmissionCandidate) -> AdmissionOutcome {
+    AdmissionOutcome::Rejected {
+        message: aggregate_rejection_message(&candidate.name),
+    }
+}
+
+/// Upstream's supported-capacity rule for aggregate sums: 100,000 Nodes and
+/// racks, every figure within int32 status bounds.
+fn within_supported_capacity(capacity: Capacity) -> bool {
+    capacity.nodes <= MAX_INVENTORY_NODES
+        && capacity.racks <= MAX_INVENTORY_NODES
+        && capacity.to_status().is_some()
 }
 
 fn saturating_add(a: Capacity, b: Capacity) -> Capacity {
@@ -290,6 +382,7 @@ mod tests {
             name: name.into(),
             uid: format!("{name}-uid"),
             created: time(created),
+            deleting: false,
             declared_groups: groups,
             target: Some(Capacity {
                 racks,
@@ -475,5 +568,172 @@ mod tests {
             admission.outcome("first", "first-uid"),
             Some(&AdmissionOutcome::Ready)
         );
+    }
+
+    fn holding(mut candidate: AdmissionCandidate, nodes: i64) -> AdmissionCandidate {
+        candidate.held = Capacity {
+            racks: nodes / 100,
+            nodes,
+            gpus: nodes * 4,
+        };
+        candidate
+    }
+
+    fn deleting(mut candidate: AdmissionCandidate) -> AdmissionCandidate {
+        candidate.deleting = true;
+        candidate
+    }
+
+    #[test]
+    fn the_aggregate_sum_starts_from_racks_held_by_non_candidate_inventories() {
+        // Upstream admissionCandidates: fixed capacity = every durable rack
+        // minus the racks of materializable candidates. A deleting inventory
+        // and an unmaterializable one still hold their racks.
+        let gone = deleting(holding(candidate("gone", 1, 1, 600, 60_000), 60_000));
+        let admission = admit(&[gone.clone(), candidate("new", 2, 1, 500, 50_000)]);
+        assert_eq!(
+            admission.outcome("gone", "gone-uid"),
+            Some(&AdmissionOutcome::Skipped)
+        );
+        assert!(matches!(
+            admission.outcome("new", "new-uid"),
+            Some(AdmissionOutcome::Rejected { .. })
+        ));
+        // 40,000 fits next to the 60,000 still held.
+        let admission = admit(&[gone, candidate("new", 2, 1, 400, 40_000)]);
+        assert_eq!(
+            admission.outcome("new", "new-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
+
+        let mut broken = holding(candidate("broken", 1, 1, 0, 0), 70_000);
+        broken.target = None;
+        let admission = admit(&[broken, candidate("new", 2, 1, 400, 40_000)]);
+        assert_eq!(
+            admission.outcome("broken", "broken-uid"),
+            Some(&AdmissionOutcome::NotMaterializable)
+        );
+        assert!(matches!(
+            admission.outcome("new", "new-uid"),
+            Some(AdmissionOutcome::Rejected { .. })
+        ));
+    }
+
+    #[test]
+    fn two_inventories_compete_for_the_aggregate_limit_and_the_older_wins() {
+        // Upstream: admitted whole by oldest-first fit; the younger one is
+        // rejected even though it alone would fit, whatever the input order.
+        for order in [["a", "b"], ["b", "a"]] {
+            let input: Vec<AdmissionCandidate> = order
+                .iter()
+                .map(|name| match *name {
+                    "a" => candidate("a", 1, 1, 600, 60_000),
+                    _ => candidate("b", 2, 1, 600, 60_000),
+                })
+                .collect();
+            let admission = admit(&input);
+            assert_eq!(
+                admission.outcome("a", "a-uid"),
+                Some(&AdmissionOutcome::Ready)
+            );
+            assert_eq!(
+                admission.outcome("b", "b-uid"),
+                Some(&AdmissionOutcome::Rejected {
+                    message: aggregate_rejection_message("b")
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_blocked_older_growth_holds_back_every_later_growing_inventory() {
+        // Upstream admitInventories: the first growth that does not fit the
+        // live topology blocks every later one, so readiness never overtakes
+        // admission order; zero growth stays ready.
+        let gone = deleting(holding(candidate("gone", 0, 1, 300, 30_000), 30_000));
+        let older = candidate("older", 1, 1, 500, 50_000);
+        let mut shrinking = holding(candidate("shrinking", 2, 1, 100, 10_000), 30_000);
+        shrinking.target = Some(Capacity {
+            racks: 100,
+            nodes: 10_000,
+            gpus: 40_000,
+        });
+        let small = candidate("small", 3, 1, 50, 5_000);
+        let admission = admit(&[gone, older, shrinking, small]);
+        assert_eq!(
+            admission.outcome("older", "older-uid"),
+            Some(&AdmissionOutcome::Pending)
+        );
+        assert_eq!(
+            admission.outcome("shrinking", "shrinking-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
+        // 5,000 more would fit next to the 60,000 held, but "older" waits.
+        assert_eq!(
+            admission.outcome("small", "small-uid"),
+            Some(&AdmissionOutcome::Pending)
+        );
+    }
+
+    #[test]
+    fn zero_growth_is_always_ready_even_while_held_capacity_is_over_the_limit() {
+        // Upstream: capacityIsZero(growth) => ready, before any live check.
+        let gone = deleting(holding(candidate("gone", 0, 1, 800, 80_000), 80_000));
+        let mut steady = holding(candidate("steady", 1, 1, 200, 20_000), 30_000);
+        steady.target = Some(Capacity {
+            racks: 200,
+            nodes: 20_000,
+            gpus: 80_000,
+        });
+        let admission = admit(&[gone, steady]);
+        assert_eq!(
+            admission.outcome("steady", "steady-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
+    }
+
+    #[test]
+    fn deleting_inventories_are_skipped_and_take_no_rack_group_budget() {
+        // Upstream AdmittedRackGroupInventoryUIDs skips deleting inventories
+        // and those without UID.
+        let mut nameless = candidate("nameless", 1, 10, 1, 1);
+        nameless.uid = String::new();
+        let admission = admit(&[
+            deleting(candidate("gone", 0, 64, 1, 1)),
+            nameless,
+            candidate("wide", 2, 64, 1, 1),
+        ]);
+        assert_eq!(
+            admission.outcome("gone", "gone-uid"),
+            Some(&AdmissionOutcome::Skipped)
+        );
+        assert_eq!(
+            admission.outcome("nameless", ""),
+            Some(&AdmissionOutcome::Skipped)
+        );
+        assert_eq!(
+            admission.outcome("wide", "wide-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
+    }
+
+    #[test]
+    fn the_aggregate_gpu_total_must_stay_within_int32_status_bounds() {
+        // Upstream ValidateSupportedCapacity also bounds GPUs by int32.
+        let mut first = candidate("first", 1, 1, 1, 1);
+        first.target = Some(Capacity {
+            racks: 1,
+            nodes: 1,
+            gpus: i64::from(i32::MAX),
+        });
+        let admission = admit(&[first, candidate("second", 2, 1, 1, 1)]);
+        assert_eq!(
+            admission.outcome("first", "first-uid"),
+            Some(&AdmissionOutcome::Ready)
+        );
+        assert!(matches!(
+            admission.outcome("second", "second-uid"),
+            Some(AdmissionOutcome::Rejected { .. })
+        ));
     }
 }

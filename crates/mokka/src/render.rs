@@ -10,15 +10,16 @@ use crate::api::{
 };
 use crate::identity::{fabric_uuid, gpu_serial, gpu_uuid};
 use crate::profile::{
-    MAX_GPUS_PER_NODE, MAX_NODES_PER_RACK, ProfileError, profile_revision, slots_in_index_order,
-    validate_profile,
+    MAX_GPUS_PER_NODE, MAX_NODES_PER_RACK, ProfileError, RevisionError, profile_revision,
+    slots_in_index_order, validate_profile,
 };
 
 /// Largest rack spec, in bytes of compact JSON, that rendering produces.
 /// It keeps every rack far below etcd's request limit.
 pub const MAX_RACK_SPEC_BYTES: usize = 1024 * 1024;
 
-/// Why a rack cannot be rendered.
+/// Why a rack cannot be rendered. The messages are upstream's `RenderRack`
+/// messages, in its check order.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum RenderError {
     #[error("inventory name must not be empty")]
@@ -27,33 +28,55 @@ pub enum RenderError {
     EmptyInventoryUid,
     #[error("rack group ID must not be empty")]
     EmptyGroup,
-    #[error("rack index {index} is outside [0,{count})")]
+    #[error("rack index {index} is outside group count {count}")]
     RackIndexOutOfRange { index: i32, count: i32 },
-    #[error("profile is missing")]
+    #[error("profile must not be nil")]
     ProfileMissing,
-    #[error("profile must have a name, a UID and a generation of at least 1")]
+    #[error("profile reference must include name, UID, and generation")]
     ProfileIdentityIncomplete,
-    /// The profile fails `validate_profile`; the message is the validation message.
-    #[error(transparent)]
+    /// The profile fails `validate_profile`.
+    #[error("validate profile: {0}")]
     InvalidProfile(#[from] ProfileError),
-    #[error("encode profile {name:?} to compute its revision: {message}")]
-    Revision { name: String, message: String },
-    #[error("rendered rack spec must contain between 1 and 1024 nodes, found {0}")]
-    NodeCountOutOfRange(usize),
-    #[error("rendered rack node {node} must contain between 1 and 64 GPUs, found {gpus}")]
-    GpuCountOutOfRange { node: i32, gpus: usize },
-    #[error("rendered rack node index {0} is outside [0,1023] or duplicated")]
-    NodeIndexInvalid(i32),
-    #[error("rendered rack node {node} GPU index {gpu} is outside [0,63] or duplicated")]
-    GpuIndexInvalid { node: i32, gpu: i32 },
-    #[error("rendered rack node {node} GPU {gpu} has a negative {field}")]
+    #[error(transparent)]
+    Revision(#[from] RevisionError),
+    /// The rendered spec breaks the rack schema's bounds; the 1 MiB bound is
+    /// reported without the prefix, as upstream does.
+    #[error("{}", rendered_spec_message(.0))]
+    InvalidRackSpec(#[from] RackSpecError),
+}
+
+fn rendered_spec_message(error: &RackSpecError) -> String {
+    match error {
+        RackSpecError::TooLarge(_) => error.to_string(),
+        _ => format!("validate rendered rack spec: {error}"),
+    }
+}
+
+/// Why a rack spec breaks the bounds of the SGPURack schema. The count and
+/// index messages are upstream's `ValidateRackSpec` messages; duplicates and
+/// negative GPU fields are checks of ours (the schema rejects them too).
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum RackSpecError {
+    #[error("nodes must contain between 1 and 1024 entries")]
+    NodeCount(usize),
+    #[error("node index {0} is outside [0,1023]")]
+    NodeIndexOutOfRange(i32),
+    #[error("node index {0} is duplicated")]
+    NodeIndexDuplicated(i32),
+    #[error("node {node} GPUs must contain between 1 and 64 entries")]
+    GpuCount { node: i32, gpus: usize },
+    #[error("node {node} GPU index {gpu} is outside [0,63]")]
+    GpuIndexOutOfRange { node: i32, gpu: i32 },
+    #[error("node {node} GPU index {gpu} is duplicated")]
+    GpuIndexDuplicated { node: i32, gpu: i32 },
+    #[error("node {node} GPU {gpu} has a negative {field}")]
     NegativeGpuField {
         node: i32,
         gpu: i32,
         field: &'static str,
     },
     #[error("rendered rack spec is {0} bytes, exceeding the 1048576-byte limit")]
-    SpecTooLarge(usize),
+    TooLarge(usize),
 }
 
 /// A profile that passed validation, with its identity and revision computed
@@ -77,10 +100,7 @@ impl ResolvedProfile {
             return Err(RenderError::ProfileIdentityIncomplete);
         }
         validate_profile(&profile.spec)?;
-        let revision = profile_revision(&profile.spec).map_err(|error| RenderError::Revision {
-            name: name.clone(),
-            message: error.to_string(),
-        })?;
+        let revision = profile_revision(&profile.spec)?;
         Ok(Self {
             name,
             uid,
@@ -166,8 +186,8 @@ fn build_rack_spec(coordinate: RackCoordinate<'_>, profile: &ResolvedProfile) ->
                     minor_number: slot.index,
                     pci_address: slot.pci_address.clone(),
                     root_complex: slot.root_complex.clone(),
-                    numa_node: slot.numa_node,
-                    host_processor_index: slot.host_processor_index,
+                    numa_node: slot.numa_node.unwrap_or(0),
+                    host_processor_index: slot.host_processor_index.unwrap_or(0),
                 })
                 .collect(),
         })
@@ -215,21 +235,21 @@ fn check_coordinate(coordinate: &RackCoordinate<'_>) -> Result<(), RenderError> 
 /// Checks the list bounds the CRD enforces (1..1024 Nodes, 1..64 GPUs,
 /// indexes in range and unique, non-negative GPU fields) and the 1 MiB size
 /// bound. Used for rendered templates and for targets that carry bindings.
-pub fn validate_rack_spec(spec: &SGPURackSpec) -> Result<(), RenderError> {
+pub fn validate_rack_spec(spec: &SGPURackSpec) -> Result<(), RackSpecError> {
     if spec.nodes.is_empty() || spec.nodes.len() > MAX_NODES_PER_RACK as usize {
-        return Err(RenderError::NodeCountOutOfRange(spec.nodes.len()));
+        return Err(RackSpecError::NodeCount(spec.nodes.len()));
     }
     let mut seen_nodes = vec![false; MAX_NODES_PER_RACK as usize];
     for node in &spec.nodes {
         let slot = usize::try_from(node.index)
             .ok()
-            .filter(|index| *index < seen_nodes.len());
-        match slot {
-            Some(index) if !seen_nodes[index] => seen_nodes[index] = true,
-            _ => return Err(RenderError::NodeIndexInvalid(node.index)),
+            .filter(|index| *index < seen_nodes.len())
+            .ok_or(RackSpecError::NodeIndexOutOfRange(node.index))?;
+        if std::mem::replace(&mut seen_nodes[slot], true) {
+            return Err(RackSpecError::NodeIndexDuplicated(node.index));
         }
         if node.gpus.is_empty() || node.gpus.len() > MAX_GPUS_PER_NODE as usize {
-            return Err(RenderError::GpuCountOutOfRange {
+            return Err(RackSpecError::GpuCount {
                 node: node.index,
                 gpus: node.gpus.len(),
             });
@@ -238,25 +258,26 @@ pub fn validate_rack_spec(spec: &SGPURackSpec) -> Result<(), RenderError> {
         for gpu in &node.gpus {
             let slot = usize::try_from(gpu.index)
                 .ok()
-                .filter(|index| *index < seen_gpus.len());
-            match slot {
-                Some(index) if !seen_gpus[index] => seen_gpus[index] = true,
-                _ => {
-                    return Err(RenderError::GpuIndexInvalid {
-                        node: node.index,
-                        gpu: gpu.index,
-                    });
-                }
+                .filter(|index| *index < seen_gpus.len())
+                .ok_or(RackSpecError::GpuIndexOutOfRange {
+                    node: node.index,
+                    gpu: gpu.index,
+                })?;
+            if std::mem::replace(&mut seen_gpus[slot], true) {
+                return Err(RackSpecError::GpuIndexDuplicated {
+                    node: node.index,
+                    gpu: gpu.index,
+                });
             }
             let negative = [
-                ("minorNumber", Some(gpu.minor_number)),
+                ("minorNumber", gpu.minor_number),
                 ("numaNode", gpu.numa_node),
                 ("hostProcessorIndex", gpu.host_processor_index),
             ]
             .into_iter()
-            .find(|(_, value)| value.is_some_and(|v| v < 0));
+            .find(|(_, value)| *value < 0);
             if let Some((field, _)) = negative {
-                return Err(RenderError::NegativeGpuField {
+                return Err(RackSpecError::NegativeGpuField {
                     node: node.index,
                     gpu: gpu.index,
                     field,
@@ -266,7 +287,7 @@ pub fn validate_rack_spec(spec: &SGPURackSpec) -> Result<(), RenderError> {
     }
     let size = encoded_size(spec);
     if size > MAX_RACK_SPEC_BYTES {
-        return Err(RenderError::SpecTooLarge(size));
+        return Err(RackSpecError::TooLarge(size));
     }
     Ok(())
 }
@@ -373,6 +394,59 @@ mod tests {
     }
 
     #[test]
+    fn render_matches_upstreams_render_rack_vector() {
+        // Upstream TestRenderRack: profile-a (generation 7, slots listed in
+        // reverse) at rack 2 of a 4-rack group.
+        let mut spec = crate::profile::tests::upstream_test_profile_spec();
+        spec.node.topology.as_mut().unwrap().gpu_slots.reverse();
+        let profile = SGPURackProfile {
+            metadata: kube::api::ObjectMeta {
+                name: Some("profile-a".into()),
+                uid: Some("profile-uid-a".into()),
+                generation: Some(7),
+                ..Default::default()
+            },
+            spec,
+        };
+        let rendered = render_rack(
+            RackCoordinate {
+                rack_count: 4,
+                ..coordinate(2)
+            },
+            Some(&profile),
+        )
+        .unwrap();
+        assert_eq!(
+            rendered.profile_ref,
+            ProfileRef {
+                name: "profile-a".into(),
+                uid: "profile-uid-a".into(),
+                generation: 7,
+                revision: crate::profile::tests::UPSTREAM_TEST_PROFILE_REVISION.into(),
+            }
+        );
+        assert_eq!(rendered.nodes.len(), 2);
+        assert_eq!(
+            rendered.nodes[0].gpus[0],
+            RackGpu {
+                index: 0,
+                uuid: "GPU-e1fc2f7b-7e71-5cdd-addf-11103758e19f".into(),
+                serial: "01184543437958700640".into(),
+                minor_number: 0,
+                pci_address: "0000:01:00.0".into(),
+                root_complex: "pci0000:00".into(),
+                numa_node: 0,
+                host_processor_index: 0,
+            }
+        );
+        assert_eq!(rendered.nodes[0].gpus[1].index, 1);
+        assert_eq!(
+            crate::identity::rack_name("inventory-a", "inventory-uid-a", "compute", 2),
+            "inventory-a-compute-2-152f2cf61b78"
+        );
+    }
+
+    #[test]
     fn rendering_is_deterministic() {
         let profile = example_profile("a100", "profile-uid", 3, 2);
         assert_eq!(
@@ -419,13 +493,13 @@ mod tests {
         );
         assert_eq!(
             reject(coordinate(3), Some(&profile)),
-            "rack index 3 is outside [0,3)"
+            "rack index 3 is outside group count 3"
         );
         assert_eq!(
             reject(coordinate(-1), Some(&profile)),
-            "rack index -1 is outside [0,3)"
+            "rack index -1 is outside group count 3"
         );
-        assert_eq!(reject(coordinate(0), None), "profile is missing");
+        assert_eq!(reject(coordinate(0), None), "profile must not be nil");
 
         for strip in 0..3 {
             let mut anonymous = profile.clone();
@@ -436,7 +510,7 @@ mod tests {
             }
             assert_eq!(
                 reject(coordinate(0), Some(&anonymous)),
-                "profile must have a name, a UID and a generation of at least 1"
+                "profile reference must include name, UID, and generation"
             );
         }
 
@@ -444,7 +518,20 @@ mod tests {
         invalid.spec.node.gpus.count = 0;
         assert_eq!(
             reject(coordinate(0), Some(&invalid)),
-            "node.gpus.count must be positive"
+            "validate profile: node.gpus.count must be positive"
+        );
+        let mut no_slots = profile.clone();
+        no_slots
+            .spec
+            .node
+            .topology
+            .as_mut()
+            .unwrap()
+            .gpu_slots
+            .clear();
+        assert_eq!(
+            reject(coordinate(0), Some(&no_slots)),
+            "validate profile: gpuSlots length 0 must equal gpus.count 4"
         );
     }
 
@@ -458,7 +545,8 @@ mod tests {
         topology.gpu_slots[0].host_processor_index = None;
         let spec = render_rack(coordinate(0), Some(&profile)).unwrap();
         assert_eq!(spec.nodes.len(), 1);
-        assert_eq!(spec.nodes[0].gpus[0].numa_node, None);
+        assert_eq!(spec.nodes[0].gpus[0].numa_node, 0);
+        assert_eq!(spec.nodes[0].gpus[0].host_processor_index, 0);
     }
 
     #[test]
@@ -489,45 +577,100 @@ mod tests {
     }
 
     #[test]
-    fn coordinate_validation_rejects_duplicate_or_out_of_range_indexes() {
+    fn rack_spec_validation_reports_upstream_count_and_index_messages() {
+        // Upstream ValidateRackSpec: list bounds and index ranges.
         let profile = example_profile("a100", "profile-uid", 2, 2);
         let spec = render_rack(coordinate(0), Some(&profile)).unwrap();
+        let message = |spec: &SGPURackSpec| validate_rack_spec(spec).unwrap_err().to_string();
 
-        let mut duplicate_node = spec.clone();
-        duplicate_node.nodes[1].index = 0;
-        assert_eq!(
-            validate_rack_spec(&duplicate_node),
-            Err(RenderError::NodeIndexInvalid(0))
-        );
-        let mut far_node = spec.clone();
-        far_node.nodes[1].index = 1024;
-        assert_eq!(
-            validate_rack_spec(&far_node),
-            Err(RenderError::NodeIndexInvalid(1024))
-        );
-        let mut far_gpu = spec.clone();
-        far_gpu.nodes[0].gpus[1].index = 64;
-        assert_eq!(
-            validate_rack_spec(&far_gpu),
-            Err(RenderError::GpuIndexInvalid { node: 0, gpu: 64 })
-        );
-        let mut empty = spec.clone();
-        empty.nodes[0].gpus.clear();
-        assert_eq!(
-            validate_rack_spec(&empty),
-            Err(RenderError::GpuCountOutOfRange { node: 0, gpus: 0 })
-        );
         let mut no_nodes = spec.clone();
         no_nodes.nodes.clear();
         assert_eq!(
-            validate_rack_spec(&no_nodes),
-            Err(RenderError::NodeCountOutOfRange(0))
+            message(&no_nodes),
+            "nodes must contain between 1 and 1024 entries"
         );
-        let mut negative = spec;
-        negative.nodes[0].gpus[0].numa_node = Some(-1);
+        let mut too_many = spec.clone();
+        too_many.nodes = (0..1025)
+            .map(|index| RackNode {
+                index,
+                ..spec.nodes[0].clone()
+            })
+            .collect();
         assert_eq!(
-            validate_rack_spec(&negative).unwrap_err().to_string(),
-            "rendered rack node 0 GPU 0 has a negative numaNode"
+            message(&too_many),
+            "nodes must contain between 1 and 1024 entries"
         );
+        let mut far_node = spec.clone();
+        far_node.nodes[1].index = 1024;
+        assert_eq!(message(&far_node), "node index 1024 is outside [0,1023]");
+        let mut empty = spec.clone();
+        empty.nodes[0].gpus.clear();
+        assert_eq!(
+            message(&empty),
+            "node 0 GPUs must contain between 1 and 64 entries"
+        );
+        let mut wide = spec.clone();
+        wide.nodes[0].gpus = (0..65)
+            .map(|index| RackGpu {
+                index,
+                ..spec.nodes[0].gpus[0].clone()
+            })
+            .collect();
+        assert_eq!(
+            message(&wide),
+            "node 0 GPUs must contain between 1 and 64 entries"
+        );
+        let mut far_gpu = spec.clone();
+        far_gpu.nodes[0].gpus[1].index = 64;
+        assert_eq!(message(&far_gpu), "node 0 GPU index 64 is outside [0,63]");
+
+        // Checks of ours on top (the rack schema's list-map keys and minimums).
+        let mut duplicate_node = spec.clone();
+        duplicate_node.nodes[1].index = 0;
+        assert_eq!(message(&duplicate_node), "node index 0 is duplicated");
+        let mut duplicate_gpu = spec.clone();
+        duplicate_gpu.nodes[1].gpus[1].index = 0;
+        assert_eq!(message(&duplicate_gpu), "node 1 GPU index 0 is duplicated");
+        let mut negative = spec;
+        negative.nodes[0].gpus[0].numa_node = -1;
+        assert_eq!(message(&negative), "node 0 GPU 0 has a negative numaNode");
+    }
+
+    #[test]
+    fn rendering_prefixes_rack_spec_errors_like_upstream_except_the_size_bound() {
+        let bounds = RenderError::from(RackSpecError::NodeIndexOutOfRange(1024));
+        assert_eq!(
+            bounds.to_string(),
+            "validate rendered rack spec: node index 1024 is outside [0,1023]"
+        );
+        let size = RenderError::from(RackSpecError::TooLarge(2_000_000));
+        assert_eq!(
+            size.to_string(),
+            "rendered rack spec is 2000000 bytes, exceeding the 1048576-byte limit"
+        );
+    }
+
+    #[test]
+    fn rendered_gpus_always_carry_numa_node_and_host_processor_index() {
+        // Upstream SGPURackGPU: numaNode and hostProcessorIndex are plain
+        // required int32s, so a slot without them renders 0 and the JSON
+        // always carries both keys.
+        let mut profile = example_profile("bare", "profile-uid", 1, 2);
+        let slots = &mut profile.spec.node.topology.as_mut().unwrap().gpu_slots;
+        slots[0].numa_node = None;
+        slots[0].host_processor_index = None;
+        slots[1].numa_node = Some(3);
+        slots[1].host_processor_index = Some(5);
+        let spec = render_rack(coordinate(0), Some(&profile)).unwrap();
+        let json = serde_json::to_value(&spec).unwrap();
+        let gpus = &json["nodes"][0]["gpus"];
+        assert_eq!(gpus[0]["numaNode"], 0);
+        assert_eq!(gpus[0]["hostProcessorIndex"], 0);
+        assert_eq!(gpus[1]["numaNode"], 3);
+        assert_eq!(gpus[1]["hostProcessorIndex"], 5);
+        // A stored rack without them does not decode: the schema requires both.
+        let mut stored = gpus[0].clone();
+        stored.as_object_mut().unwrap().remove("numaNode");
+        assert!(serde_json::from_value::<RackGpu>(stored).is_err());
     }
 }

@@ -5,6 +5,7 @@ mod deploy_manifests;
 mod gpuid_run;
 mod helm_e2e;
 mod mokka_crds;
+mod mokka_render;
 mod sim_serve;
 mod support;
 mod tfjob_run;

@@ -105,3 +105,23 @@ async fn invalid_variants_are_rejected_naming_the_field() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn a_quantity_outside_upstreams_quantity_pattern_is_rejected() {
+    // Upstream's CRD types resource.Quantity as int-or-string with the
+    // quantity pattern, so "40 GB" never reaches the controller.
+    let sim = mokka_sim().await;
+    let mut spaced = manifest(mokka::fixtures::EXAMPLE_PROFILE_YAML);
+    spaced["spec"]["node"]["gpus"]["memory"]["capacity"] = json!("40 GB");
+    let message = rejection(create(&sim, spaced).await);
+    assert!(
+        message.contains("spec.node.gpus.memory.capacity"),
+        "{message}"
+    );
+    let mut integer = manifest(mokka::fixtures::EXAMPLE_PROFILE_YAML);
+    integer["spec"]["node"]["gpus"]["memory"]["capacity"] = json!(42949672960u64);
+    integer["metadata"]["name"] = json!("integer-capacity");
+    create(&sim, integer)
+        .await
+        .expect("an integer quantity is accepted");
+}

@@ -25,6 +25,16 @@ fn pool(choice: u8) -> String {
 }
 
 fn node(index: usize, created: i64, pool_choice: Option<u8>, eligible: bool) -> NodeInput {
+    terminating_node(index, created, pool_choice, eligible, false)
+}
+
+fn terminating_node(
+    index: usize,
+    created: i64,
+    pool_choice: Option<u8>,
+    eligible: bool,
+    terminating: bool,
+) -> NodeInput {
     let mut labels = BTreeMap::new();
     if eligible {
         labels.insert(LABEL_SGPU_NODE.to_string(), "true".to_string());
@@ -39,6 +49,7 @@ fn node(index: usize, created: i64, pool_choice: Option<u8>, eligible: bool) -> 
             k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
         )),
         labels,
+        terminating,
     }
 }
 
@@ -46,7 +57,7 @@ fn node(index: usize, created: i64, pool_choice: Option<u8>, eligible: bool) -> 
 /// with colliding creation times, and bindings that may name a Node twice,
 /// name a UID under another name, or lie outside capacity.
 fn arbitrary_input() -> impl Strategy<Value = AllocationInput> {
-    let groups = prop::collection::vec((0..4u8, 0..4i32, 1..4i32, prop::option::of(0..2u8)), 0..4)
+    let groups = prop::collection::vec((0..4u8, 0..4i32, 0..4i32, prop::option::of(0..2u8)), 0..4)
         .prop_map(|shapes| {
             let mut seen = std::collections::BTreeSet::new();
             shapes
@@ -64,15 +75,20 @@ fn arbitrary_input() -> impl Strategy<Value = AllocationInput> {
                 .collect::<Vec<_>>()
         });
     let nodes = prop::collection::vec(
-        (0..4i64, prop::option::of(0..2u8), prop::bool::weighted(0.8)),
+        (
+            0..4i64,
+            prop::option::of(0..2u8),
+            prop::bool::weighted(0.8),
+            prop::bool::weighted(0.1),
+        ),
         0..16,
     )
     .prop_map(|specs| {
         specs
             .into_iter()
             .enumerate()
-            .map(|(index, (created, pool_choice, eligible))| {
-                node(index, created, pool_choice, eligible)
+            .map(|(index, (created, pool_choice, eligible, terminating))| {
+                terminating_node(index, created, pool_choice, eligible, terminating)
             })
             .collect::<Vec<_>>()
     });
@@ -133,6 +149,10 @@ fn change_one_node(input: &mut AllocationInput, change: u8, target: usize, creat
     match change {
         0 if count > 0 => {
             input.nodes.remove(target % count);
+        }
+        1 if count > 0 && target % 4 == 3 => {
+            let node = &mut input.nodes[target % count];
+            node.terminating = !node.terminating;
         }
         1 if count > 0 => {
             let labels = &mut input.nodes[target % count].labels;
@@ -294,7 +314,7 @@ enum Step {
 
 fn arbitrary_groups() -> impl Strategy<Value = Vec<GroupInput>> {
     (
-        prop::collection::vec((0..4u8, 0..4i32, 1..4i32, prop::option::of(0..2u8)), 0..4),
+        prop::collection::vec((0..4u8, 0..4i32, 0..4i32, prop::option::of(0..2u8)), 0..4),
         prop::option::of(0..2u8),
     )
         .prop_map(|(shapes, broken)| {
@@ -317,7 +337,7 @@ fn arbitrary_groups() -> impl Strategy<Value = Vec<GroupInput>> {
                 && seen.len() == 3
             {
                 if broken == 0 {
-                    first.nodes_per_rack = 0;
+                    first.nodes_per_rack = -1;
                 } else {
                     first.selector = Some(LabelSelector {
                         match_labels: Some(BTreeMap::from([(

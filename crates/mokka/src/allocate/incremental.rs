@@ -34,7 +34,7 @@ use super::{
     check_binding, check_node, compile_groups,
 };
 use crate::api::NodeRef;
-use crate::selector::{PlacementSelector, is_eligible};
+use crate::selector::PlacementSelector;
 
 /// Interned group key (stable for the allocator's lifetime).
 type KeyId = u32;
@@ -925,7 +925,7 @@ impl Allocator {
     }
 
     fn put_node(&mut self, node: NodeInput, batch: &mut Batch) {
-        let eligible = is_eligible(&node.labels);
+        let eligible = node.is_eligible();
         let order = NodeOrder {
             created: node.created.clone(),
             node: Arc::new(node.node_ref()),
@@ -1009,9 +1009,7 @@ impl Allocator {
                     Some(group) => {
                         if group.slot(coord.1, coord.2).is_none() {
                             Some(ReleaseReason::CapacityShrink)
-                        } else if let Some(node) =
-                            node.filter(|node| node.input.name == binding.node.name)
-                        {
+                        } else if let Some(node) = node {
                             if !node.eligible {
                                 Some(ReleaseReason::NodeIneligible)
                             } else {
@@ -1035,7 +1033,11 @@ impl Allocator {
                 .collect();
             state.duplicate = Some(Box::new(Conflict {
                 reason: ConflictReason::DuplicateBinding,
-                node: bindings[0].0.node.as_ref().clone(),
+                node: node.map_or_else(
+                    || bindings[0].0.node.as_ref().clone(),
+                    |node| node.input.node_ref(),
+                ),
+                created: node.and_then(|node| node.input.created.clone()),
                 groups: groups.into_iter().collect(),
                 bindings: bindings
                     .iter()
@@ -1070,6 +1072,7 @@ impl Allocator {
                     state.overlap = Some(Box::new(Conflict {
                         reason: ConflictReason::SelectorOverlap,
                         node: node.input.node_ref(),
+                        created: node.input.created.clone(),
                         groups: several
                             .iter()
                             .map(|group| group.input.key.clone())

@@ -31,7 +31,7 @@ pub(super) fn allocate_reference(input: &AllocationInput) -> Result<Allocation, 
         {
             return Err(AllocationError::DuplicateGroup(key.clone()));
         }
-        if group.racks < 0 || group.nodes_per_rack < 1 {
+        if group.racks < 0 || group.nodes_per_rack < 0 {
             return Err(AllocationError::InvalidGroupShape(key.clone()));
         }
         let selector = PlacementSelector::compile(group.selector.as_ref()).map_err(|source| {
@@ -127,13 +127,11 @@ pub(super) fn allocate_reference(input: &AllocationInput) -> Result<Allocation, 
             None => Some(ReleaseReason::GroupRemoved),
             Some(index) => {
                 let group = &groups[index];
-                let node = nodes_by_uid
-                    .get(binding.node.uid.as_str())
-                    .filter(|node| node.name == binding.node.name);
+                let node = nodes_by_uid.get(binding.node.uid.as_str());
                 if group.slot(binding.rack_index, binding.node_index).is_none() {
                     Some(ReleaseReason::CapacityShrink)
                 } else if let Some(node) = node {
-                    if !is_eligible(&node.labels) {
+                    if !node.is_eligible() {
                         Some(ReleaseReason::NodeIneligible)
                     } else {
                         work.selector_evaluations += 1;
@@ -177,9 +175,11 @@ pub(super) fn allocate_reference(input: &AllocationInput) -> Result<Allocation, 
             .iter()
             .map(|binding| binding.group.as_ref().clone())
             .collect();
+        let listed = nodes_by_uid.get(uid);
         conflicts.push(Conflict {
             reason: ConflictReason::DuplicateBinding,
-            node: bound[0].node.as_ref().clone(),
+            node: listed.map_or_else(|| bound[0].node.as_ref().clone(), |node| node.node_ref()),
+            created: listed.and_then(|node| node.created.clone()),
             groups: groups.into_iter().collect(),
             bindings: bound.iter().map(|binding| (*binding).clone()).collect(),
         });
@@ -189,7 +189,7 @@ pub(super) fn allocate_reference(input: &AllocationInput) -> Result<Allocation, 
     let mut candidates: Vec<&NodeInput> = input
         .nodes
         .iter()
-        .filter(|node| is_eligible(&node.labels))
+        .filter(|node| node.is_eligible())
         .collect();
     candidates.sort_by(|a, b| (&a.created, &a.name, &a.uid).cmp(&(&b.created, &b.name, &b.uid)));
     let mut assigned = Vec::new();
@@ -212,6 +212,7 @@ pub(super) fn allocate_reference(input: &AllocationInput) -> Result<Allocation, 
             conflicts.push(Conflict {
                 reason: ConflictReason::SelectorOverlap,
                 node: node.node_ref(),
+                created: node.created.clone(),
                 groups: matching
                     .iter()
                     .map(|&index| groups[index].input.key.clone())

@@ -39,6 +39,7 @@ pub(super) fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
         uid: format!("{name}-uid"),
         created: time(created),
         labels,
+        terminating: false,
     }
 }
 
@@ -619,4 +620,136 @@ proptest! {
             prop_assert!(binding.rack_index < group.racks && binding.node_index < group.nodes_per_rack);
         }
     }
+}
+
+#[test]
+fn conflicts_are_ordered_by_node_age_then_kind() {
+    // Upstream sortConflicts: compareNodes (creation time, name, UID), then
+    // kind. A young duplicate binding sorts after an old overlap.
+    let input = AllocationInput {
+        groups: vec![group("one", 2, 2, None), group("two", 2, 2, None)],
+        nodes: vec![
+            node("young", 9, None),
+            node("old-b", 1, None),
+            node("old-a", 1, None),
+        ],
+        bindings: vec![bind("one", 0, 0, "young"), bind("two", 0, 0, "young")],
+    };
+    let allocation = allocate(&input).unwrap();
+    let order: Vec<(&str, ConflictReason)> = allocation
+        .conflicts
+        .iter()
+        .map(|conflict| (conflict.node.name.as_str(), conflict.reason))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("old-a", ConflictReason::SelectorOverlap),
+            ("old-b", ConflictReason::SelectorOverlap),
+            ("young", ConflictReason::DuplicateBinding),
+        ]
+    );
+    assert_eq!(allocation.conflicts[2].created, time(9));
+    // A duplicate binding of a UID no Node has: the binding's reference and
+    // no creation time, so it sorts first (Go's zero time).
+    let mut gone = input.clone();
+    gone.nodes.retain(|node| node.name != "young");
+    let allocation = allocate(&gone).unwrap();
+    assert_eq!(
+        allocation.conflicts[0].reason,
+        ConflictReason::DuplicateBinding
+    );
+    assert_eq!(allocation.conflicts[0].node.name, "young");
+    assert_eq!(allocation.conflicts[0].created, None);
+    assert_eq!(
+        Allocator::new(&input).unwrap().allocation(),
+        &allocate(&input).unwrap()
+    );
+}
+
+#[test]
+fn a_group_with_zero_nodes_per_rack_has_no_slots_instead_of_rejecting_the_input() {
+    // Upstream validateGroup rejects only negative shapes; a zero-capacity
+    // group releases its bindings (CapacityShrink) and leaves its Nodes
+    // pending, while other groups allocate as usual.
+    let input = AllocationInput {
+        groups: vec![
+            group("empty", 3, 0, Some("e")),
+            group("compute", 1, 2, Some("c")),
+        ],
+        nodes: vec![
+            node("bound", 1, Some("e")),
+            node("waiting", 2, Some("e")),
+            node("worker", 3, Some("c")),
+        ],
+        bindings: vec![bind("empty", 0, 0, "bound")],
+    };
+    let allocation = allocate(&input).unwrap();
+    assert_eq!(allocation.released.len(), 1);
+    assert_eq!(allocation.released[0].reason, ReleaseReason::CapacityShrink);
+    let pending: Vec<&str> = allocation
+        .pending
+        .iter()
+        .map(|pending| pending.node.name.as_str())
+        .collect();
+    assert_eq!(pending, ["bound", "waiting"]);
+    assert_eq!(
+        coordinates(&allocation.assigned),
+        vec![c("compute", 0, 0, "worker")]
+    );
+    assert_eq!(Allocator::new(&input).unwrap().allocation(), &allocation);
+    // A negative shape is still malformed input.
+    let mut negative = input;
+    negative.groups[0].nodes_per_rack = -1;
+    assert!(matches!(
+        allocate(&negative),
+        Err(AllocationError::InvalidGroupShape(_))
+    ));
+}
+
+#[test]
+fn a_binding_whose_uid_matches_is_the_same_node_whatever_its_name() {
+    // Upstream looks bindings up by Node UID only (nodesByUID): a binding
+    // naming the UID under another name is retained, not released as gone,
+    // and the Node gets nothing new.
+    let mut renamed = bind("compute", 0, 1, "worker");
+    renamed.node = Arc::new(NodeRef {
+        name: "old-name".into(),
+        uid: "worker-uid".into(),
+    });
+    let input = AllocationInput {
+        groups: vec![group("compute", 1, 2, None)],
+        nodes: vec![node("worker", 1, None)],
+        bindings: vec![renamed.clone()],
+    };
+    let allocation = allocate(&input).unwrap();
+    assert_eq!(allocation.retained, vec![renamed]);
+    assert!(allocation.released.is_empty());
+    assert!(allocation.assigned.is_empty());
+    assert!(allocation.pending.is_empty());
+    assert_eq!(Allocator::new(&input).unwrap().allocation(), &allocation);
+}
+
+#[test]
+fn a_terminating_node_is_not_eligible() {
+    // Upstream eligible(): `!node.Terminating && label == "true"`. Its
+    // binding is released NodeIneligible and it is never placed.
+    let mut leaving = node("leaving", 1, None);
+    leaving.terminating = true;
+    let mut arriving = node("arriving", 2, None);
+    arriving.terminating = true;
+    let input = AllocationInput {
+        groups: vec![group("compute", 1, 2, None)],
+        nodes: vec![leaving, arriving, node("staying", 3, None)],
+        bindings: vec![bind("compute", 0, 0, "leaving")],
+    };
+    let allocation = allocate(&input).unwrap();
+    assert_eq!(allocation.released.len(), 1);
+    assert_eq!(allocation.released[0].reason, ReleaseReason::NodeIneligible);
+    assert_eq!(
+        coordinates(&allocation.assigned),
+        vec![c("compute", 0, 1, "staying")]
+    );
+    assert!(allocation.pending.is_empty());
+    assert_eq!(Allocator::new(&input).unwrap().allocation(), &allocation);
 }

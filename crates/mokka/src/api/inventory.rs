@@ -88,7 +88,10 @@ pub struct SGPUInventoryStatus {
     pub conditions: Option<Vec<Condition>>,
 }
 
+/// Every count is required in the schema (upstream's fields have no
+/// `omitempty`); decoding still defaults a missing one to 0.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("required" = ["racks", "nodes", "gpus"]))]
 pub struct InventoryCapacity {
     #[serde(default)]
     #[schemars(range(min = 0))]
@@ -103,6 +106,7 @@ pub struct InventoryCapacity {
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("required" = ["requestedNodes", "allocatedNodes", "availableNodes", "pendingNodes"]))]
 pub struct InventoryUsage {
     #[serde(default)]
     #[schemars(range(min = 0))]
@@ -120,6 +124,7 @@ pub struct InventoryUsage {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("required" = ["id", "profileName", "capacity", "usage"]))]
 pub struct RackGroupStatus {
     pub id: String,
     #[serde(default)]

@@ -12,6 +12,9 @@ mod profile;
 #[allow(clippy::duplicated_attributes)]
 mod rack;
 mod runtime;
+mod schema;
+
+pub use schema::QUANTITY_PATTERN;
 
 pub use inventory::*;
 pub use policy::*;
@@ -42,12 +45,30 @@ pub const ANNOTATION_SGPU_ASSIGNMENT: &str = "mokka.nvidia.com/sgpu-assignment";
 
 /// The four CRDs, in a stable order (profile, inventory, rack, policy).
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         SGPURackProfile::crd(),
         SGPUInventory::crd(),
         SGPURack::crd(),
         SGPURuntimePolicy::crd(),
-    ]
+    ];
+    for version in crds.iter_mut().flat_map(|crd| crd.spec.versions.iter_mut()) {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|validation| validation.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        // The schemas are ours; a round trip that failed would leave the
+        // generated schema, which the CRD tests would catch.
+        if let Ok(mut value) = serde_json::to_value(&*schema) {
+            schema::conform(&mut value);
+            if let Ok(conformed) = serde_json::from_value(value) {
+                *schema = conformed;
+            }
+        }
+    }
+    crds
 }
 
 /// The four CRDs as one multi-document YAML stream, as checked in under

@@ -143,12 +143,12 @@ pub struct RackGpu {
     pub pci_address: String,
     #[schemars(regex(pattern = r"^pci[0-9a-f]{4}:[0-9a-f]{2}$"))]
     pub root_complex: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Both are always present (0 when the profile slot leaves them out), as
+    // upstream renders them and its rack schema requires.
     #[schemars(range(min = 0))]
-    pub numa_node: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: i32,
     #[schemars(range(min = 0))]
-    pub host_processor_index: Option<i32>,
+    pub host_processor_index: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::merge::field_paths;
 use super::target::{GroupBounds, GroupSelection, Scope, resolve_target, summaries};
+use crate::MokkaError;
 use crate::api::{
     RuntimeState, SGPUInventory, SGPURackProfile, SGPURuntimePolicy, SGPURuntimePolicyStatus,
 };
@@ -90,11 +91,11 @@ struct GroupLayers {
     by_rack: HashMap<i32, Vec<Layer>>,
 }
 
-/// An accepted policy with a runtime.
+/// An accepted policy and what it sets (`None`: nothing).
 #[derive(Clone, Debug)]
 struct AcceptedPolicy {
     name: String,
-    runtime: RuntimeState,
+    runtime: Option<RuntimeState>,
 }
 
 /// The result of evaluating an inventory's policies. Build it once per input
@@ -116,47 +117,71 @@ struct Candidate<'a> {
     resolved: Result<BTreeMap<String, GroupSelection>, (Outcome, String)>,
 }
 
+/// Why an inventory's policies cannot be evaluated: upstream's only
+/// evaluation error, a policy runtime whose field paths cannot be listed.
+#[derive(Debug, thiserror::Error)]
+#[error("list the runtime fields of policy {}: {source}", go_quote(.policy))]
+pub struct EvaluationError {
+    pub policy: String,
+    #[source]
+    pub source: MokkaError,
+}
+
 impl Evaluation {
     /// Evaluates every policy of one inventory. Pure: the result does not
-    /// depend on the order of `input.policies`.
-    pub fn new(input: EvaluationInput<'_>) -> Evaluation {
+    /// depend on the order of `input.policies`. As upstream, it fails only
+    /// when the runtime of a policy whose target resolves cannot be encoded
+    /// to list its field paths; invalid and conflicting policies are
+    /// decisions.
+    pub fn new(input: EvaluationInput<'_>) -> Result<Evaluation, EvaluationError> {
+        Self::with_field_paths(input, field_paths)
+    }
+
+    /// `new` with the field-path listing passed in, so its failure path is
+    /// testable.
+    pub(crate) fn with_field_paths(
+        input: EvaluationInput<'_>,
+        list_fields: impl Fn(&RuntimeState) -> Result<Vec<String>, MokkaError>,
+    ) -> Result<Evaluation, EvaluationError> {
         let bounds = input
             .inventory
             .map(|inventory| group_bounds(inventory, input.profiles));
 
-        let mut candidates: Vec<Candidate<'_>> = input
-            .policies
-            .iter()
-            .map(|policy| {
-                let target = &policy.spec.target_ref;
-                let name = policy.metadata.name.clone().unwrap_or_default();
-                let fields = match policy.spec.runtime.as_ref() {
-                    None => Ok(Vec::new()),
-                    Some(runtime) => field_paths(runtime),
-                };
-                let resolved = match (&bounds, fields.as_ref()) {
-                    (_, Err(error)) => Err((Outcome::InvalidTarget, error.to_string())),
-                    (None, _) => Err((
-                        Outcome::TargetNotFound,
-                        format!(
-                            "SGPUInventory {} does not exist.",
-                            go_quote(input.inventory_name)
-                        ),
-                    )),
-                    (Some(bounds), Ok(_)) => resolve_target(input.inventory_name, target, bounds)
-                        .map_err(|message| (Outcome::InvalidTarget, message)),
-                };
-                Candidate {
-                    policy,
-                    uid: policy.metadata.uid.clone().unwrap_or_default(),
-                    created: policy.metadata.creation_timestamp.clone(),
-                    scope: Scope::of(target),
-                    fields: fields.unwrap_or_default(),
-                    resolved,
-                    name,
+        let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(input.policies.len());
+        for policy in input.policies {
+            let target = &policy.spec.target_ref;
+            let name = policy.metadata.name.clone().unwrap_or_default();
+            // Upstream lists fields only for policies whose target resolves.
+            let resolved = match &bounds {
+                None => Err((
+                    Outcome::TargetNotFound,
+                    format!(
+                        "SGPUInventory {} does not exist.",
+                        go_quote(input.inventory_name)
+                    ),
+                )),
+                Some(bounds) => resolve_target(input.inventory_name, target, bounds)
+                    .map_err(|message| (Outcome::InvalidTarget, message)),
+            };
+            let fields = match (&resolved, policy.spec.runtime.as_ref()) {
+                (Ok(_), Some(runtime)) => {
+                    list_fields(runtime).map_err(|source| EvaluationError {
+                        policy: name.clone(),
+                        source,
+                    })?
                 }
-            })
-            .collect();
+                _ => Vec::new(),
+            };
+            candidates.push(Candidate {
+                policy,
+                uid: policy.metadata.uid.clone().unwrap_or_default(),
+                created: policy.metadata.creation_timestamp.clone(),
+                scope: Scope::of(target),
+                fields,
+                resolved,
+                name,
+            });
+        }
 
         // Oldest first; UID (then name, for inputs without UIDs) breaks ties,
         // so the settlement is independent of list order.
@@ -232,16 +257,15 @@ impl Evaluation {
         let mut groups: HashMap<String, GroupLayers> = HashMap::new();
         for (order, &index) in accepted_order.iter().enumerate() {
             let candidate = &candidates[index];
-            // A policy without runtime sets nothing; it has no layer.
-            let (Some(runtime), Ok(selection)) =
-                (candidate.policy.spec.runtime.as_ref(), &candidate.resolved)
-            else {
+            let Ok(selection) = &candidate.resolved else {
                 continue;
             };
+            // A policy without runtime sets nothing, but it is applied (and
+            // listed by `applied`) like any other, as upstream.
             let policy = accepted.len();
             accepted.push(AcceptedPolicy {
                 name: candidate.name.clone(),
-                runtime: runtime.clone(),
+                runtime: candidate.policy.spec.runtime.clone(),
             });
             for (group, group_selection) in selection {
                 let layers = groups.entry(group.clone()).or_default();
@@ -260,11 +284,11 @@ impl Evaluation {
                 }
             }
         }
-        Evaluation {
+        Ok(Evaluation {
             decisions,
             accepted,
             groups,
-        }
+        })
     }
 
     /// One decision per policy, sorted by policy name.
@@ -314,7 +338,8 @@ impl Evaluation {
     }
 
     /// Names of the accepted policies that select the coordinate, broadest
-    /// first. Accepted policies without a runtime set nothing and are omitted.
+    /// first, including accepted policies without a runtime (as upstream's
+    /// `Applied`).
     pub fn applied(&self, coordinate: GpuCoordinate<'_>) -> Vec<&str> {
         let mut names = Vec::new();
         self.for_each_applied(coordinate, |policy| names.push(policy.name.as_str()));
@@ -329,7 +354,11 @@ impl Evaluation {
         coordinate: GpuCoordinate<'_>,
     ) -> RuntimeState {
         let mut state = defaults.cloned().unwrap_or_default();
-        self.for_each_applied(coordinate, |policy| state.apply_override(&policy.runtime));
+        self.for_each_applied(coordinate, |policy| {
+            if let Some(runtime) = &policy.runtime {
+                state.apply_override(runtime);
+            }
+        });
         state
     }
 }

@@ -19,14 +19,15 @@ pub enum Scope {
 
 impl Scope {
     /// The scope of a target: the deepest listed axis.
+    /// An empty list is not listed, as upstream (`len(...) > 0`).
     pub fn of(target: &PolicyTargetRef) -> Scope {
-        if target.gpu_indexes.is_some() {
+        if listed(&target.gpu_indexes).is_some() {
             Scope::Gpu
-        } else if target.node_indexes.is_some() {
+        } else if listed(&target.node_indexes).is_some() {
             Scope::Node
-        } else if target.rack_indexes.is_some() {
+        } else if listed(&target.rack_indexes).is_some() {
             Scope::Rack
-        } else if target.rack_groups.is_some() {
+        } else if listed(&target.rack_groups).is_some() {
             Scope::RackGroup
         } else {
             Scope::Inventory
@@ -49,6 +50,12 @@ impl std::fmt::Display for Scope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The list an axis names, or `None` when it names none: upstream treats an
+/// empty list exactly like an absent one.
+fn listed<T>(list: &Option<Vec<T>>) -> Option<&Vec<T>> {
+    list.as_ref().filter(|items| !items.is_empty())
 }
 
 /// The dimensions of one declared rack group. Node and GPU counts are known
@@ -161,7 +168,7 @@ pub fn resolve_target(
 ) -> Result<Selection, String> {
     // Listed groups (deduplicated, listed order kept for the message) or
     // every declared group.
-    let selected: Vec<&str> = match &target.rack_groups {
+    let selected: Vec<&str> = match listed(&target.rack_groups) {
         Some(listed) => {
             let mut seen = std::collections::HashSet::new();
             listed
@@ -190,9 +197,9 @@ pub fn resolve_target(
     for group in &selected {
         let bounds = groups[*group];
         let group_selection = GroupSelection {
-            racks: AxisSelection::select(target.rack_indexes.as_ref(), bounds.racks),
-            nodes: AxisSelection::select(target.node_indexes.as_ref(), bounds.nodes()),
-            gpus: AxisSelection::select(target.gpu_indexes.as_ref(), bounds.gpus()),
+            racks: AxisSelection::select(listed(&target.rack_indexes), bounds.racks),
+            nodes: AxisSelection::select(listed(&target.node_indexes), bounds.nodes()),
+            gpus: AxisSelection::select(listed(&target.gpu_indexes), bounds.gpus()),
         };
         if group_selection.racks.is_empty()
             || group_selection.nodes.is_empty()
@@ -222,15 +229,15 @@ pub fn resolve_target(
     let axes = [
         (
             "rackIndexes",
-            out_of_reach(target.rack_indexes.as_ref(), reach.0),
+            out_of_reach(listed(&target.rack_indexes), reach.0),
         ),
         (
             "nodeIndexes",
-            out_of_reach(target.node_indexes.as_ref(), reach.1),
+            out_of_reach(listed(&target.node_indexes), reach.1),
         ),
         (
             "gpuIndexes",
-            out_of_reach(target.gpu_indexes.as_ref(), reach.2),
+            out_of_reach(listed(&target.gpu_indexes), reach.2),
         ),
     ];
     let reported: Vec<String> = axes
@@ -260,9 +267,11 @@ pub fn resolve_target(
     Err(message)
 }
 
-/// Summaries for the policy status: listed values, sorted, comma-joined.
+/// Summaries for the policy status: listed values, sorted, comma-joined;
+/// `None` for an axis that lists nothing (upstream's empty string, which
+/// `omitempty` drops).
 pub fn summaries(target: &PolicyTargetRef) -> [Option<String>; 4] {
-    let groups = target.rack_groups.as_ref().map(|groups| {
+    let groups = listed(&target.rack_groups).map(|groups| {
         let mut groups: Vec<&str> = groups.iter().map(String::as_str).collect();
         groups.sort_unstable();
         groups.dedup();
@@ -278,8 +287,8 @@ pub fn summaries(target: &PolicyTargetRef) -> [Option<String>; 4] {
     };
     [
         groups,
-        numbers(target.rack_indexes.as_ref()),
-        numbers(target.node_indexes.as_ref()),
-        numbers(target.gpu_indexes.as_ref()),
+        numbers(listed(&target.rack_indexes)),
+        numbers(listed(&target.node_indexes)),
+        numbers(listed(&target.gpu_indexes)),
     ]
 }

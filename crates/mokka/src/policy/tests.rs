@@ -116,6 +116,7 @@ fn evaluate(policies: &[SGPURuntimePolicy]) -> Evaluation {
         profiles: &profiles,
         policies,
     })
+    .unwrap()
 }
 
 fn outcome(evaluation: &Evaluation, name: &str) -> (Outcome, String) {
@@ -282,7 +283,8 @@ fn a_missing_inventory_makes_every_policy_target_not_found_and_runtime_the_defau
         inventory: None,
         profiles: &profiles,
         policies: &policies,
-    });
+    })
+    .unwrap();
     for decision in evaluation.decisions() {
         assert_eq!(decision.outcome, Outcome::TargetNotFound);
         assert_eq!(decision.message, "SGPUInventory \"fleet\" does not exist.");
@@ -781,7 +783,8 @@ fn status_reports_summaries_condition_and_keeps_the_transition_time() {
         inventory: Some(&inventory),
         profiles: &profiles,
         policies: remaining,
-    });
+    })
+    .unwrap();
     assert_eq!(
         outcome(&evaluation, "inventory-degraded").0,
         Outcome::Accepted
@@ -974,4 +977,153 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn an_empty_index_or_group_list_means_not_listed() {
+    // Upstream scopeOf / within / resolveTarget: `len(list) == 0` is the same
+    // as an absent list, so an empty list neither narrows the scope nor
+    // selects nothing.
+    let empty = Target {
+        groups: Some(vec![]),
+        racks: Some(vec![]),
+        nodes: Some(vec![]),
+        gpus: Some(vec![2]),
+    };
+    let absent = Target {
+        gpus: Some(vec![2]),
+        ..Target::default()
+    };
+    let with_empty = policy("empty-lists", 1, empty, celsius(90));
+    let with_absent = policy("empty-lists", 1, absent, celsius(90));
+    let a = evaluate(std::slice::from_ref(&with_empty));
+    let b = evaluate(std::slice::from_ref(&with_absent));
+    assert_eq!(a.decisions(), b.decisions());
+    assert_eq!(a.decisions()[0].outcome, Outcome::Accepted);
+    assert_eq!(a.decisions()[0].message, "The policy applies at GPU scope.");
+    for coordinate in [gpu("training", 3, 7, 2), gpu("inference", 1, 1, 2)] {
+        assert_eq!(a.applied(coordinate), ["empty-lists"]);
+    }
+    assert!(a.applied(gpu("training", 0, 0, 1)).is_empty());
+
+    // Only empty lists: the whole inventory, and no summary.
+    let everything = policy(
+        "everything",
+        1,
+        Target {
+            groups: Some(vec![]),
+            racks: Some(vec![]),
+            nodes: Some(vec![]),
+            gpus: Some(vec![]),
+        },
+        celsius(50),
+    );
+    let evaluation = evaluate(std::slice::from_ref(&everything));
+    assert_eq!(
+        evaluation.decisions()[0].message,
+        "The policy applies at Inventory scope."
+    );
+    assert_eq!(evaluation.decisions()[0].scope, Scope::Inventory);
+    assert_eq!(
+        evaluation.applied(gpu("inference", 0, 0, 0)),
+        ["everything"]
+    );
+    assert_eq!(
+        summaries(&everything.spec.target_ref),
+        [None, None, None, None]
+    );
+}
+
+#[test]
+fn accepted_policies_without_a_runtime_still_appear_in_applied() {
+    // Upstream Applied lists every accepted policy selecting the GPU; a
+    // policy without runtime is accepted and sets nothing.
+    let policies = [
+        policy("quiet", 1, Target::default(), None),
+        policy(
+            "hot",
+            2,
+            Target {
+                racks: Some(vec![1]),
+                ..Target::default()
+            },
+            celsius(90),
+        ),
+    ];
+    let evaluation = evaluate(&policies);
+    assert_eq!(outcome(&evaluation, "quiet").0, Outcome::Accepted);
+    assert_eq!(
+        evaluation.applied(gpu("training", 1, 0, 0)),
+        ["quiet", "hot"]
+    );
+    assert_eq!(evaluation.applied(gpu("training", 0, 0, 0)), ["quiet"]);
+    let defaults = example_default_runtime();
+    assert_eq!(
+        evaluation.runtime(Some(&defaults), gpu("training", 0, 0, 0)),
+        defaults
+    );
+}
+
+#[test]
+fn a_field_path_encoding_error_fails_the_whole_evaluation() {
+    // Upstream Evaluate returns `list the runtime fields of policy "x": …`
+    // when a runtime cannot be encoded; it lists fields only for policies
+    // whose target resolves.
+    let (inventory, profiles) = test_inventory();
+    let failing = |_: &RuntimeState| -> Result<Vec<String>, crate::MokkaError> {
+        Err(crate::MokkaError::Json {
+            what: "runtime state",
+            source: serde_json::from_str::<serde_json::Value>("{").unwrap_err(),
+        })
+    };
+    let resolving = [policy("broken", 1, Target::default(), celsius(1))];
+    let error = Evaluation::with_field_paths(
+        EvaluationInput {
+            inventory_name: "fleet",
+            inventory: Some(&inventory),
+            profiles: &profiles,
+            policies: &resolving,
+        },
+        failing,
+    )
+    .unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "list the runtime fields of policy \"broken\": encode runtime state as JSON: "
+        ),
+        "{error}"
+    );
+
+    // An invalid target, or a missing inventory, never lists fields.
+    let invalid = [policy(
+        "ghost",
+        1,
+        Target {
+            groups: Some(vec!["nowhere"]),
+            ..Target::default()
+        },
+        celsius(1),
+    )];
+    let evaluation = Evaluation::with_field_paths(
+        EvaluationInput {
+            inventory_name: "fleet",
+            inventory: Some(&inventory),
+            profiles: &profiles,
+            policies: &invalid,
+        },
+        failing,
+    )
+    .unwrap();
+    assert_eq!(outcome(&evaluation, "ghost").0, Outcome::InvalidTarget);
+    let evaluation = Evaluation::with_field_paths(
+        EvaluationInput {
+            inventory_name: "fleet",
+            inventory: None,
+            profiles: &profiles,
+            policies: &resolving,
+        },
+        failing,
+    )
+    .unwrap();
+    assert_eq!(outcome(&evaluation, "broken").0, Outcome::TargetNotFound);
 }

@@ -229,7 +229,16 @@ fn runtime_state_structs_are_groups_or_values_and_numbers_are_optional() {
     );
     assert_eq!(range.required.unwrap().len(), 2, "PercentRange is a value");
     let draw = at(&runtime, &["telemetry", "power", "drawMilliWatts"]);
-    assert_eq!(draw.nullable, Some(true));
+    let power = at(&runtime, &["telemetry", "power"]);
+    assert!(
+        power
+            .required
+            .as_ref()
+            .is_none_or(|required| !required.contains(&"drawMilliWatts".to_string())),
+        "drawMilliWatts is optional"
+    );
+    // Optional, yet not nullable: as upstream, an explicit null is pruned.
+    assert_eq!(draw.nullable, None);
     assert_eq!(draw.format.as_deref(), Some("int64"));
     let profile = root_schema(&crd("SGPURackProfile"));
     let mut defaults = at(&profile, &["spec", "defaults", "runtime"]);
@@ -240,4 +249,163 @@ fn runtime_state_structs_are_groups_or_values_and_numbers_are_optional() {
         defaults, runtime,
         "profile defaults and policies share one RuntimeState schema"
     );
+}
+
+#[test]
+fn the_rack_gpu_schema_requires_numa_node_and_host_processor_index() {
+    // Upstream SGPURackGPU: numaNode and hostProcessorIndex are required
+    // int32s with minimum 0, and never nullable.
+    let rack = root_schema(&crd("SGPURack"));
+    let gpu = at(&rack, &["spec", "nodes", "[]", "gpus", "[]"]);
+    let required = gpu.required.clone().unwrap();
+    for field in ["numaNode", "hostProcessorIndex"] {
+        assert!(required.contains(&field.to_string()), "{required:?}");
+        let schema = at(&gpu, &[field]);
+        assert_eq!(schema.minimum, Some(0.0), "{field}");
+        assert_ne!(schema.nullable, Some(true), "{field}");
+    }
+}
+
+/// Every schema object under `schema`, with its path.
+fn walk<'a>(
+    path: String,
+    schema: &'a JSONSchemaProps,
+    out: &mut Vec<(String, &'a JSONSchemaProps)>,
+) {
+    out.push((path.clone(), schema));
+    for (name, child) in schema.properties.iter().flatten() {
+        walk(format!("{path}.{name}"), child, out);
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(item)) = &schema.items {
+        walk(format!("{path}[]"), item, out);
+    }
+}
+
+#[test]
+fn no_schema_is_nullable_or_defaulted_as_in_upstreams_crds() {
+    // controller-gen writes neither `nullable` nor `default` for these
+    // types, so an explicit null is pruned instead of stored.
+    for crd in mokka::crds() {
+        let root = root_schema(&crd);
+        let mut all = Vec::new();
+        walk(crd.spec.names.kind.clone(), &root, &mut all);
+        for (path, schema) in all {
+            assert_eq!(schema.nullable, None, "{path}");
+            assert_eq!(schema.default, None, "{path}");
+        }
+    }
+}
+
+#[test]
+fn quantities_are_int_or_string_with_upstreams_quantity_pattern() {
+    // controller-gen's resource.Quantity: anyOf integer/string, pattern.
+    let profile = root_schema(&crd("SGPURackProfile"));
+    for path in [
+        &["spec", "node", "gpus", "memory", "capacity"][..],
+        &["spec", "node", "gpus", "memory", "reserved"],
+        &["spec", "node", "gpus", "memory", "bar1Capacity"],
+        &["spec", "node", "host", "memory", "capacity"],
+    ] {
+        let quantity = at(&profile, path);
+        assert_eq!(
+            quantity.pattern.as_deref(),
+            Some(mokka::api::QUANTITY_PATTERN),
+            "{path:?}"
+        );
+        assert_eq!(quantity.x_kubernetes_int_or_string, Some(true));
+        let any_of: Vec<Option<String>> = quantity
+            .any_of
+            .unwrap()
+            .into_iter()
+            .map(|schema| schema.type_)
+            .collect();
+        assert_eq!(any_of, [Some("integer".into()), Some("string".into())]);
+    }
+    let pattern = regex::Regex::new(mokka::api::QUANTITY_PATTERN).unwrap();
+    for accepted in ["40Gi", "1Mi", "0.5", "1e3", "100m", "+1k"] {
+        assert!(pattern.is_match(accepted), "{accepted}");
+    }
+    for rejected in ["40 GB", "40GB", "Gi", "1.2.3"] {
+        assert!(!pattern.is_match(rejected), "{rejected}");
+    }
+}
+
+#[test]
+fn status_conditions_carry_the_metav1_condition_constraints() {
+    for kind in ["SGPUInventory", "SGPURack", "SGPURuntimePolicy"] {
+        let root = root_schema(&crd(kind));
+        let condition = at(&root, &["status", "conditions", "[]"]);
+        assert_eq!(
+            condition.required.clone().unwrap(),
+            ["lastTransitionTime", "message", "reason", "status", "type"],
+            "{kind}"
+        );
+        let status = at(&condition, &["status"]);
+        let values: Vec<String> = status
+            .enum_
+            .unwrap()
+            .into_iter()
+            .filter_map(|value| value.0.as_str().map(String::from))
+            .collect();
+        assert_eq!(values, ["True", "False", "Unknown"]);
+        let reason = at(&condition, &["reason"]);
+        assert_eq!(reason.min_length, Some(1));
+        assert_eq!(reason.max_length, Some(1024));
+        assert_eq!(
+            reason.pattern.as_deref(),
+            Some("^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+        );
+        let type_ = at(&condition, &["type"]);
+        assert_eq!(type_.max_length, Some(316));
+        assert!(type_.pattern.is_some());
+        assert_eq!(at(&condition, &["message"]).max_length, Some(32768));
+        assert_eq!(at(&condition, &["observedGeneration"]).minimum, Some(0.0));
+    }
+}
+
+#[test]
+fn node_selectors_are_atomic_maps_with_atomic_lists() {
+    let inventory = root_schema(&crd("SGPUInventory"));
+    let selector = at(
+        &inventory,
+        &["spec", "rackGroups", "[]", "placement", "nodeSelector"],
+    );
+    assert_eq!(selector.x_kubernetes_map_type.as_deref(), Some("atomic"));
+    let expressions = at(&selector, &["matchExpressions"]);
+    assert_eq!(
+        expressions.x_kubernetes_list_type.as_deref(),
+        Some("atomic")
+    );
+    let values = at(&expressions, &["[]", "values"]);
+    assert_eq!(values.x_kubernetes_list_type.as_deref(), Some("atomic"));
+}
+
+#[test]
+fn inventory_status_counts_are_required_as_upstream() {
+    // Upstream InventoryCapacity, InventoryUsage and RackGroupStatus fields
+    // have no omitempty, so controller-gen lists them all as required.
+    let inventory = root_schema(&crd("SGPUInventory"));
+    let required = |path: &[&str]| {
+        let mut required = at(&inventory, path).required.unwrap_or_default();
+        required.sort();
+        required
+    };
+    assert_eq!(
+        required(&["status", "capacity"]),
+        ["gpus", "nodes", "racks"]
+    );
+    assert_eq!(
+        required(&["status", "usage"]),
+        [
+            "allocatedNodes",
+            "availableNodes",
+            "pendingNodes",
+            "requestedNodes"
+        ]
+    );
+    assert_eq!(
+        required(&["status", "rackGroups", "[]"]),
+        ["capacity", "id", "profileName", "usage"]
+    );
+    assert_eq!(at(&inventory, &["status"]).required, None);
 }

@@ -79,3 +79,27 @@ fn unknown_enum_values_do_not_decode() {
     let bad = EXAMPLE_POLICY_YAML.replace("deviceState: Failed", "deviceState: Melting");
     assert!(serde_saphyr::from_str::<SGPURuntimePolicy>(&bad).is_err());
 }
+
+#[test]
+fn the_example_profile_hashes_the_same_with_or_without_its_written_zeros() {
+    // Upstream rule (Go omitempty in the canonical JSON): the example writes
+    // numaNode: 0, hostProcessorIndex: 0 and c2cSupported: false, which Go
+    // never encodes, so the same profile without them has the same revision.
+    let written: SGPURackProfile = decode(EXAMPLE_PROFILE_YAML);
+    let without = EXAMPLE_PROFILE_YAML
+        .replace(", numaNode: 0, hostProcessorIndex: 0", "")
+        .replace("c2cSupported: false, ", "");
+    assert_ne!(without, EXAMPLE_PROFILE_YAML);
+    let omitted: SGPURackProfile = decode(&without);
+    assert_ne!(written.spec, omitted.spec);
+    assert_eq!(
+        mokka::profile::profile_revision(&written.spec).unwrap(),
+        mokka::profile::profile_revision(&omitted.spec).unwrap()
+    );
+    // Both render GPUs with numaNode and hostProcessorIndex 0.
+    let rack: SGPURack = decode(EXAMPLE_RACK_YAML);
+    assert_eq!(
+        rack.spec.profile_ref.revision,
+        mokka::profile::profile_revision(&omitted.spec).unwrap()
+    );
+}

@@ -482,7 +482,7 @@ fn building_from_malformed_input_fails_with_allocates_error() {
         Box::new(|i| i.groups[0].racks = -1),
         // Several errors at once: allocate's order decides.
         Box::new(|i| {
-            i.groups[0].nodes_per_rack = 0;
+            i.groups[0].nodes_per_rack = -1;
             i.nodes.push(node("a", 2, None));
             i.bindings.push(bind("compute", -1, 0, "a"));
         }),
