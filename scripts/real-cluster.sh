@@ -5,6 +5,7 @@
 # tools/realcluster/. See docs/real-cluster.md.
 #
 #   scripts/real-cluster.sh build    build the binaries once into the cache
+#   scripts/real-cluster.sh bin      build if needed, print the binaries' directory
 #   scripts/real-cluster.sh up       build, start everything, apply RBAC
 #   scripts/real-cluster.sh env      print `export` lines for tests
 #   scripts/real-cluster.sh status   say what runs
@@ -48,7 +49,7 @@ die() { printf 'real-cluster: error: %s\n' "$*" >&2; exit 1; }
 need() {
   local c
   for c in "$@"; do
-    command -v "$c" >/dev/null 2>&1 || die "'$c' is required but not on PATH (Debian: apt-get install $c)"
+    command -v "$c" >/dev/null 2>&1 || die "'$c' is required but not on PATH"
   done
 }
 
@@ -878,7 +879,7 @@ case "${1:-}" in
   status) cmd_status ;;
   smoke) cmd_smoke ;;
   *)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -66,6 +66,20 @@ pub struct ResourceType {
 }
 
 impl ResourceType {
+    /// Whether the real server keeps `metadata.generation` for this kind:
+    /// its registry strategies set it for custom resources, CRDs, Pods and
+    /// the apps/batch workloads, and leave it out of kinds without a spec
+    /// (ConfigMaps, Secrets, Leases, …) and of Services, Nodes, Namespaces.
+    pub fn tracks_generation(&self) -> bool {
+        self.custom
+            || matches!(
+                self.group.as_str(),
+                "apps" | "batch" | "apiextensions.k8s.io" | "networking.k8s.io" | "policy"
+            )
+            || (self.group.is_empty()
+                && matches!(self.kind.as_str(), "Pod" | "ReplicationController"))
+    }
+
     pub fn group_resource(&self) -> GroupResource {
         GroupResource {
             group: self.group.clone(),

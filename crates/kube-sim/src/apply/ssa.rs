@@ -215,7 +215,11 @@ fn invalid_options(causes: Vec<OptionCause>) -> Result<(), ApplyError> {
 /// The manager the server records for a write without `fieldManager`: the
 /// user agent up to its first `/` (`kubectl/v1.37.1 (...)` -> `kubectl`).
 pub fn manager_from_user_agent(user_agent: &str) -> String {
-    user_agent.split('/').next().unwrap_or_default().to_string()
+    // kube-apiserver records a client that sends no User-Agent as "unknown".
+    match user_agent.split('/').next().unwrap_or_default() {
+        "" => "unknown".to_string(),
+        prefix => prefix.to_string(),
+    }
 }
 
 /// The updater an apply finds owning an object that has no managedFields.

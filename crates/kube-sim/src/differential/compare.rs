@@ -109,6 +109,15 @@ fn remove_pointer(value: &mut Value, pointer: &str) {
 /// narrowed to `compare` and without `ignore`.
 fn comparable(step: &Step, body: &Value) -> Value {
     let mut body = normalize(body);
+    // A Status is compared by code, reason and details (its causes); its
+    // top-level message is prose for people and is compared only when a
+    // step names it in `compare`.
+    if step.compare.is_none()
+        && body.get("kind").and_then(Value::as_str) == Some("Status")
+        && let Some(map) = body.as_object_mut()
+    {
+        map.remove("message");
+    }
     for pointer in &step.ignore {
         remove_pointer(&mut body, pointer);
     }
@@ -283,6 +292,26 @@ mod tests {
         assert_eq!(differences.len(), 1);
         assert_eq!(differences[0].at, "/details/causes/0/field");
         assert_eq!(differences[0].step, 3);
+    }
+
+    #[test]
+    fn a_status_message_is_prose_unless_compare_names_it() {
+        let a = json!({"kind": "Status", "reason": "NotFound", "message": "one"});
+        let b = json!({"kind": "Status", "reason": "NotFound", "message": "two"});
+        assert!(
+            compare_step(
+                0,
+                &step(None, vec![]),
+                &recorded(404, a.clone()),
+                &recorded(404, b.clone())
+            )
+            .is_empty()
+        );
+        let named = step(Some(vec!["/message"]), vec![]);
+        assert_eq!(
+            compare_step(0, &named, &recorded(404, a), &recorded(404, b)).len(),
+            1
+        );
     }
 
     #[test]

@@ -305,14 +305,42 @@ fn object(
                     &[patch::JSON, patch::MERGE, patch::APPLY, patch::STRATEGIC],
                 )
             })?;
+            // An apply that creates the object answers 201, as on the real server.
+            let creates = kind == PatchKind::Apply && store.get(rt, ns, name).is_err();
             respond(
                 store.patch(rt, version, ns, name, kind, &body, sub, &params)?,
-                StatusCode::OK,
+                if creates {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                },
             )
         }
         Method::DELETE if sub == Subresource::Main => {
             let opts = delete_options(&body, query)?;
-            respond(store.delete(rt, ns, name, &opts)?, StatusCode::OK)
+            let deleted = store.delete(rt, ns, name, &opts)?;
+            // kube-apiserver answers an immediate deletion of a built-in
+            // kind (Pods aside) with a Success Status; custom resources,
+            // Pods and deletions still pending get the object.
+            let gone = opts.dry_run || store.get(rt, ns, name).is_err();
+            let returns_object = rt.custom || (rt.group.is_empty() && rt.kind == "Pod");
+            if gone && !returns_object && !deleted.deleting {
+                let mut details = serde_json::json!({
+                    "name": name, "kind": rt.plural, "uid": deleted.uid,
+                });
+                if !rt.group.is_empty() {
+                    details["group"] = rt.group.clone().into();
+                }
+                let status = serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Success", "details": details,
+                });
+                return Ok(bytes_response(
+                    StatusCode::OK,
+                    Bytes::from(status.to_string()),
+                ));
+            }
+            respond(deleted, StatusCode::OK)
         }
         _ => Err(ApiError::method_not_allowed()),
     }

@@ -221,7 +221,9 @@ impl State {
         if let Some(meta) = metadata_mut(&mut value) {
             meta.insert("deletionTimestamp".into(), Value::String(when));
             meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
-            meta.insert("generation".into(), json!(generation + 1));
+            if rt.tracks_generation() {
+                meta.insert("generation".into(), json!(generation + 1));
+            }
             if let Some(f) = finalizer {
                 let list = meta.entry("finalizers").or_insert_with(|| json!([]));
                 if let Some(list) = list.as_array_mut()

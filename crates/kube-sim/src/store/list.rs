@@ -217,9 +217,65 @@ impl Store {
             if i > 0 {
                 out.put_u8(b',');
             }
-            out.put_slice(&Store::render(rt, version, obj));
+            let rendered = Store::render(rt, version, obj);
+            if rt.custom {
+                out.put_slice(&rendered);
+            } else {
+                out.put_slice(&without_type_meta(&rendered));
+            }
         }
         out.put_slice(b"]}");
         out.freeze()
+    }
+}
+
+/// A built-in object's JSON without its leading `apiVersion` and `kind`:
+/// kube-apiserver leaves them out of the items of built-in lists (the list
+/// names the type), while custom resource lists keep them. Stored objects
+/// begin with those two fields, so this is a slice, not a re-encoding; any
+/// other layout is re-encoded.
+fn without_type_meta(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    fn skip_string_field<'a>(rest: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+        let rest = rest.strip_prefix(b"\"")?.strip_prefix(name)?;
+        let rest = rest.strip_prefix(b"\":\"")?;
+        let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+        (rest[end] == b'"').then(|| &rest[end + 1..])
+    }
+    let fast = json.strip_prefix(b"{").and_then(|rest| {
+        let rest = skip_string_field(rest, b"apiVersion")?.strip_prefix(b",")?;
+        let rest = skip_string_field(rest, b"kind")?;
+        rest.strip_prefix(b",")
+    });
+    if let Some(rest) = fast {
+        let mut out = Vec::with_capacity(rest.len() + 1);
+        out.push(b'{');
+        out.extend_from_slice(rest);
+        return std::borrow::Cow::Owned(out);
+    }
+    match serde_json::from_slice::<serde_json::Value>(json) {
+        Ok(serde_json::Value::Object(mut map)) => {
+            map.remove("apiVersion");
+            map.remove("kind");
+            serde_json::to_vec(&map)
+                .map(std::borrow::Cow::Owned)
+                .unwrap_or(std::borrow::Cow::Borrowed(json))
+        }
+        _ => std::borrow::Cow::Borrowed(json),
+    }
+}
+
+#[cfg(test)]
+mod type_meta_tests {
+    use super::without_type_meta;
+
+    #[test]
+    fn leading_api_version_and_kind_are_cut_and_other_layouts_re_encoded() {
+        let fast =
+            without_type_meta(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#);
+        assert_eq!(&*fast, br#"{"metadata":{"name":"a"}}"#);
+        let slow =
+            without_type_meta(br#"{"metadata":{"name":"a"},"kind":"ConfigMap","apiVersion":"v1"}"#);
+        let value: serde_json::Value = serde_json::from_slice(&slow).unwrap();
+        assert_eq!(value, serde_json::json!({"metadata": {"name": "a"}}));
     }
 }

@@ -451,7 +451,11 @@ impl State {
                 "uid".into(),
                 Value::String(uuid::Uuid::new_v4().to_string()),
             );
-            meta.insert("generation".into(), json!(1));
+            if rt.tracks_generation() {
+                meta.insert("generation".into(), json!(1));
+            } else {
+                meta.remove("generation");
+            }
             prefix
         };
         match rt.status_on_create {
@@ -799,7 +803,11 @@ impl State {
                 return Err(ApiError::invalid(&rt.group, &rt.kind, name, causes));
             }
         }
-        if spec_changed(&old, &new, status_is_separate) {
+        if !rt.tracks_generation() {
+            if let Some(meta) = metadata_mut(&mut new) {
+                meta.remove("generation");
+            }
+        } else if spec_changed(&old, &new, status_is_separate) {
             let generation = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
