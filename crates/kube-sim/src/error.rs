@@ -105,7 +105,11 @@ impl ApiError {
     }
 
     fn with_target(mut self, target: Target<'_>) -> Self {
-        let mut details = json!({ "name": target.name, "kind": target.kind });
+        // An empty name is left out, as kube-apiserver's omitempty does.
+        let mut details = json!({ "kind": target.kind });
+        if !target.name.is_empty() {
+            details["name"] = json!(target.name);
+        }
         if !target.group.is_empty() {
             details["group"] = json!(target.group);
         }

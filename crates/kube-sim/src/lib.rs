@@ -18,6 +18,7 @@
 
 pub mod apply;
 mod crd;
+mod defaults;
 pub mod differential;
 mod error;
 // exec + kubelet: simulated pods/exec and KWOK-like kubelet/scheduler

@@ -216,6 +216,7 @@ fn collection(
             if rt.namespaced && ns.is_none() {
                 return Err(ApiError::method_not_allowed());
             }
+            query.check_write_options("CreateOptions")?;
             let value = request_object(headers, &body)?;
             let params = query.write_params(user_agent(headers));
             let created = store.create(rt, &target.version, ns, value, &params)?;
@@ -282,6 +283,12 @@ fn object(
     let name = target.name.as_deref().unwrap_or_default();
     let version = &target.version;
     let params = query.write_params(user_agent(headers));
+    match *method {
+        Method::PUT => query.check_write_options("UpdateOptions")?,
+        Method::PATCH => query.check_write_options("PatchOptions")?,
+        Method::DELETE => query.check_write_options("DeleteOptions")?,
+        _ => {}
+    }
     let respond = |obj: Arc<crate::object::StoredObject>, code: StatusCode| {
         Ok(bytes_response(code, Store::render(rt, version, &obj)))
     };

@@ -13,6 +13,9 @@ use crate::store::{DeleteOptions, ListOptions, Propagation, WatchOptions, WriteP
 pub struct Query {
     pub watch: bool,
     pub dry_run: bool,
+    /// Every `dryRun` value given (only `All` is valid, as often as given).
+    dry_run_values: Vec<String>,
+    field_validation: Option<String>,
     pub field_manager: Option<String>,
     pub force: Option<bool>,
     pub grace_period_seconds: Option<String>,
@@ -51,6 +54,45 @@ impl Query {
         }
     }
 
+    /// The options every write checks before anything else, as
+    /// kube-apiserver does: `dryRun` may only be `All`, and
+    /// `fieldValidation` one of its three values (422 naming the options
+    /// kind, e.g. `CreateOptions.meta.k8s.io "" is invalid`).
+    pub fn check_write_options(&self, options_kind: &str) -> Result<(), ApiError> {
+        let not_supported = |field: &str, shown: String, supported: &str| Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!("Unsupported value: {shown}: supported values: {supported}"),
+            field: field.into(),
+        };
+        let mut causes = Vec::new();
+        if self.dry_run_values.iter().any(|value| value != "All") {
+            let listed: Vec<String> = self
+                .dry_run_values
+                .iter()
+                .map(|v| format!("{v:?}"))
+                .collect();
+            causes.push(not_supported(
+                "dryRun",
+                format!("[{}]", listed.join(",")),
+                "\"All\"",
+            ));
+        }
+        if let Some(value) = &self.field_validation
+            && !matches!(value.as_str(), "" | "Ignore" | "Strict" | "Warn")
+        {
+            causes.push(not_supported(
+                "fieldValidation",
+                format!("{value:?}"),
+                "\"\", \"Ignore\", \"Strict\", \"Warn\"",
+            ));
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid("meta.k8s.io", options_kind, "", causes))
+        }
+    }
+
     /// Query parameters of a DELETE override its body, as on the real server.
     pub fn apply_delete_params(&self, opts: &mut DeleteOptions) -> Result<(), ApiError> {
         opts.dry_run |= self.dry_run;
@@ -71,7 +113,11 @@ impl Query {
             let value = value.into_owned();
             match key.as_ref() {
                 "watch" => q.watch = truthy(&value),
-                "dryRun" => q.dry_run = value == "All",
+                "dryRun" => {
+                    q.dry_run_values.push(value.clone());
+                    q.dry_run = value == "All";
+                }
+                "fieldValidation" => q.field_validation = Some(value),
                 "fieldManager" => q.field_manager = Some(value),
                 "force" => q.force = Some(truthy(&value)),
                 "gracePeriodSeconds" => q.grace_period_seconds = Some(value),
@@ -101,16 +147,34 @@ impl Query {
         let field_selector =
             FieldSelector::parse(self.field_selector.as_deref().unwrap_or_default(), &fields)
                 .map_err(ApiError::bad_request)?;
+        // A negative limit means no limit, as on kube-apiserver.
         let limit = match &self.limit {
             None => None,
-            Some(text) => Some(
-                text.parse::<i64>()
-                    .ok()
-                    .filter(|n| *n >= 0)
-                    .ok_or_else(|| invalid("limit", text, "must be a non-negative integer"))?
-                    as usize,
-            ),
+            Some(text) => {
+                let n = text
+                    .parse::<i64>()
+                    .map_err(|_| invalid("limit", text, "must be an integer"))?;
+                (n > 0).then_some(n as usize)
+            }
         };
+        if let Some(rv) = self.resource_version.as_deref().filter(|rv| !rv.is_empty()) {
+            if rv.parse::<u64>().is_err() {
+                return Err(ApiError::bad_request(format!(
+                    "invalid resource version \"{rv}\""
+                )));
+            }
+            if self.continue_token.is_some() && !self.watch {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+        } else if self.resource_version_match.is_some() && !self.watch {
+            return Err(invalid(
+                "resourceVersionMatch",
+                self.resource_version_match.as_deref().unwrap_or_default(),
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
         if let Some(m) = &self.resource_version_match
             && m != "Exact"
             && m != "NotOlderThan"

@@ -258,9 +258,14 @@ fn check_namespace(
 /// custom resources are pruned and defaulted by their schema.
 fn normalize(rt: &ResourceType, version: &str, value: Value) -> Result<Value, ApiError> {
     match rt.normalize {
-        Some(f) => f(value).map_err(|e| {
-            ApiError::bad_request(format!("error decoding {} {}: {e}", rt.plural, rt.kind))
-        }),
+        Some(f) => f(value)
+            .map(|mut value| {
+                crate::defaults::apply(&rt.group, &rt.kind, &mut value);
+                value
+            })
+            .map_err(|e| {
+                ApiError::bad_request(format!("error decoding {} {}: {e}", rt.plural, rt.kind))
+            }),
         None => {
             let mut value = value;
             if let Some(schema) = rt.schema(version) {

@@ -1,0 +1,212 @@
+//! Server-side defaulting of built-in kinds: the fields kube-apiserver fills
+//! in on every write, which controllers read and field selectors match on
+//! (`spec.restartPolicy=Always` finds a pod that never named one).
+//!
+//! Only what the differential corpus compares and controllers rely on; the
+//! ServiceAccount admission plugin's token volume is not added.
+
+use serde_json::{Map, Value, json};
+
+fn set_missing(map: &mut Map<String, Value>, key: &str, value: Value) {
+    if map.get(key).is_none_or(Value::is_null) {
+        map.insert(key.to_owned(), value);
+    }
+}
+
+fn object<'a>(value: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
+    value.get_mut(key).and_then(Value::as_object_mut)
+}
+
+/// Fills in the defaults of `kind` (in `group`) in place.
+pub fn apply(group: &str, kind: &str, value: &mut Value) {
+    match (group, kind) {
+        ("", "Pod") => {
+            if let Some(spec) = object(value, "spec") {
+                pod_spec(spec);
+                // Admission's part for Pods themselves (not templates): the
+                // priority and the ServiceAccount, without its token volume.
+                set_missing(spec, "priority", json!(0));
+                set_missing(spec, "serviceAccountName", json!("default"));
+                let account = spec.get("serviceAccountName").cloned().unwrap_or_default();
+                set_missing(spec, "serviceAccount", account);
+            }
+        }
+        ("", "Service") => {
+            if let Some(spec) = object(value, "spec") {
+                service_spec(spec);
+            }
+        }
+        ("", "Secret") => {
+            if let Some(map) = value.as_object_mut() {
+                set_missing(map, "type", json!("Opaque"));
+            }
+        }
+        ("", "Namespace") => {
+            if let Some(map) = value.as_object_mut() {
+                let spec = map.entry("spec").or_insert_with(|| json!({}));
+                if let Some(spec) = spec.as_object_mut() {
+                    set_missing(spec, "finalizers", json!(["kubernetes"]));
+                }
+            }
+        }
+        ("apps", "Deployment") => {
+            if let Some(spec) = object(value, "spec") {
+                set_missing(spec, "replicas", json!(1));
+                set_missing(spec, "revisionHistoryLimit", json!(10));
+                set_missing(spec, "progressDeadlineSeconds", json!(600));
+                set_missing(
+                    spec,
+                    "strategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+                );
+                template_spec(spec);
+            }
+        }
+        ("apps", "StatefulSet") => {
+            if let Some(spec) = object(value, "spec") {
+                set_missing(spec, "replicas", json!(1));
+                set_missing(spec, "revisionHistoryLimit", json!(10));
+                set_missing(spec, "podManagementPolicy", json!("OrderedReady"));
+                set_missing(
+                    spec,
+                    "updateStrategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+                );
+                template_spec(spec);
+            }
+        }
+        ("apps", "DaemonSet") => {
+            if let Some(spec) = object(value, "spec") {
+                set_missing(spec, "revisionHistoryLimit", json!(10));
+                set_missing(
+                    spec,
+                    "updateStrategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}),
+                );
+                template_spec(spec);
+            }
+        }
+        ("apps", "ReplicaSet") => {
+            if let Some(spec) = object(value, "spec") {
+                set_missing(spec, "replicas", json!(1));
+                template_spec(spec);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn template_spec(spec: &mut Map<String, Value>) {
+    if let Some(pod) = spec
+        .get_mut("template")
+        .and_then(|t| t.get_mut("spec"))
+        .and_then(Value::as_object_mut)
+    {
+        pod_spec(pod);
+    }
+}
+
+fn pod_spec(spec: &mut Map<String, Value>) {
+    set_missing(spec, "restartPolicy", json!("Always"));
+    set_missing(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_missing(spec, "schedulerName", json!("default-scheduler"));
+    set_missing(spec, "terminationGracePeriodSeconds", json!(30));
+    set_missing(spec, "securityContext", json!({}));
+    set_missing(spec, "enableServiceLinks", json!(true));
+
+    for key in ["containers", "initContainers"] {
+        if let Some(containers) = spec.get_mut(key).and_then(Value::as_array_mut) {
+            for container in containers.iter_mut().filter_map(Value::as_object_mut) {
+                container_defaults(container);
+            }
+        }
+    }
+}
+
+/// `Always` for an image without a tag or tagged `latest`, else
+/// `IfNotPresent` (a digest counts as a tag).
+fn pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent",
+        _ => "Always",
+    }
+}
+
+fn container_defaults(container: &mut Map<String, Value>) {
+    let image = container
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    set_missing(container, "imagePullPolicy", json!(pull_policy(&image)));
+    set_missing(
+        container,
+        "terminationMessagePath",
+        json!("/dev/termination-log"),
+    );
+    set_missing(container, "terminationMessagePolicy", json!("File"));
+    set_missing(container, "resources", json!({}));
+    if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            set_missing(port, "protocol", json!("TCP"));
+        }
+    }
+}
+
+fn service_spec(spec: &mut Map<String, Value>) {
+    set_missing(spec, "type", json!("ClusterIP"));
+    set_missing(spec, "sessionAffinity", json!("None"));
+    set_missing(spec, "ipFamilyPolicy", json!("SingleStack"));
+    set_missing(spec, "ipFamilies", json!(["IPv4"]));
+    set_missing(spec, "internalTrafficPolicy", json!("Cluster"));
+    if spec.get("clusterIP").and_then(Value::as_str) == Some("None") {
+        set_missing(spec, "clusterIPs", json!(["None"]));
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            set_missing(port, "protocol", json!("TCP"));
+            if let Some(number) = port.get("port").cloned() {
+                set_missing(port, "targetPort", number);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_pod_gets_the_real_servers_defaults() {
+        let mut pod = json!({"spec": {"containers": [{"name": "c", "image": "busybox"}, {"name": "d", "image": "nginx:1.27"}]}});
+        apply("", "Pod", &mut pod);
+        assert_eq!(pod["spec"]["restartPolicy"], "Always");
+        assert_eq!(pod["spec"]["schedulerName"], "default-scheduler");
+        assert_eq!(pod["spec"]["containers"][0]["imagePullPolicy"], "Always");
+        assert_eq!(
+            pod["spec"]["containers"][1]["imagePullPolicy"],
+            "IfNotPresent"
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["terminationMessagePath"],
+            "/dev/termination-log"
+        );
+    }
+
+    #[test]
+    fn written_values_are_kept_and_service_ports_get_protocol_and_target_port() {
+        let mut service = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 81, "targetPort": "http", "protocol": "UDP"}]}});
+        apply("", "Service", &mut service);
+        assert_eq!(service["spec"]["type"], "NodePort");
+        assert_eq!(
+            service["spec"]["ports"][0],
+            json!({"port": 80, "protocol": "TCP", "targetPort": 80})
+        );
+        assert_eq!(service["spec"]["ports"][1]["protocol"], "UDP");
+        assert_eq!(service["spec"]["ports"][1]["targetPort"], "http");
+    }
+}
