@@ -68,10 +68,22 @@ if [ -z "${GPUFLEET_TEST_POSTGRES_URL:-}" ]; then
   fi
   pg_version=$(ls /etc/postgresql | sort -V | tail -n 1)
   hba="/etc/postgresql/$pg_version/main/pg_hba.conf"
-  if [ -w "$hba" ] && ! grep -q '^# gpufleet test.sh' "$hba"; then
-    # pg_hba.conf is read top down and the first match wins: these go first.
-    sed -i '1i # gpufleet test.sh: the tests connect as postgres over loopback without a password\nhost all postgres 127.0.0.1/32 trust\nhost all postgres ::1/128 trust' "$hba"
-    pg_ctlcluster --skip-systemctl-redirect "$pg_version" main reload >/dev/null 2>&1 || true
+  # pg_hba.conf is read top down and the first match wins: these go first,
+  # each added once (the Unix socket too: one test connects through it).
+  if [ -w "$hba" ]; then
+    hba_changed=
+    for rule in "host all postgres 127.0.0.1/32 trust" "host all postgres ::1/128 trust" "local all postgres trust"; do
+      if ! grep -qxF "$rule" "$hba"; then
+        sed -i "1i $rule" "$hba"
+        hba_changed=1
+      fi
+    done
+    if ! grep -q '^# gpufleet test.sh' "$hba"; then
+      sed -i '1i # gpufleet test.sh: the tests connect as postgres over loopback and the socket without a password' "$hba"
+    fi
+    if [ -n "$hba_changed" ]; then
+      pg_ctlcluster --skip-systemctl-redirect "$pg_version" main reload >/dev/null 2>&1 || true
+    fi
   fi
   if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
     pg_ctlcluster --skip-systemctl-redirect "$pg_version" main start >/dev/null 2>&1 || true
