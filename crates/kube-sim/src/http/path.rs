@@ -34,9 +34,41 @@ pub struct Target {
     pub subresource: Option<String>,
 }
 
+/// `%XX` escapes decoded; a malformed escape or a result that is not UTF-8
+/// leaves the segment as it was (it then names nothing and gets a 404).
+fn percent_decode(segment: &str) -> String {
+    if !segment.contains('%') {
+        return segment.to_owned();
+    }
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = segment.get(i + 1..i + 3)
+            && let Ok(byte) = u8::from_str_radix(hex, 16)
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| segment.to_owned())
+}
+
 impl ApiPath {
     pub fn parse(path: &str) -> Option<Self> {
-        let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+        // Segments are percent-decoded after the split, as kube-apiserver
+        // sees them (`system%3Aprobe` names `system:probe`).
+        let decoded: Vec<String> = path
+            .trim_end_matches('/')
+            .split('/')
+            .skip(1)
+            .map(percent_decode)
+            .collect();
+        let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
         let (group, version, rest) = match segments.as_slice() {
             ["api", "v1", rest @ ..] => (String::new(), "v1".to_string(), rest),
             ["apis", group] => {
@@ -111,6 +143,16 @@ mod tests {
             Some(ApiPath::Resource(t)) => t,
             other => panic!("{path}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn percent_encoded_segments_are_decoded_and_malformed_escapes_kept() {
+        let t = target(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/system%3Aprobe%3Areader",
+        );
+        assert_eq!(t.name.as_deref(), Some("system:probe:reader"));
+        assert_eq!(super::percent_decode("a%zz"), "a%zz");
+        assert_eq!(super::percent_decode("a%ff"), "a%ff");
     }
 
     #[test]
