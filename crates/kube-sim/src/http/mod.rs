@@ -329,9 +329,10 @@ fn object(
             // kube-apiserver answers an immediate deletion of a built-in
             // kind (Pods aside) with a Success Status; custom resources,
             // Pods and deletions still pending get the object.
-            let gone = opts.dry_run || store.get(rt, ns, name).is_err();
+            // `deleting` on the answer is what tells a pending deletion
+            // (finalizers, a pod's grace period) from one already done.
             let returns_object = rt.custom || (rt.group.is_empty() && rt.kind == "Pod");
-            if gone && !returns_object && !deleted.deleting {
+            if !returns_object && !deleted.deleting {
                 let mut details = serde_json::json!({
                     "name": name, "kind": rt.plural, "uid": deleted.uid,
                 });

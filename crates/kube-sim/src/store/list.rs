@@ -221,7 +221,7 @@ impl Store {
             if rt.custom {
                 out.put_slice(&rendered);
             } else {
-                out.put_slice(&without_type_meta(&rendered));
+                put_without_type_meta(&mut out, &rendered);
             }
         }
         out.put_slice(b"]}");
@@ -229,12 +229,12 @@ impl Store {
     }
 }
 
-/// A built-in object's JSON without its leading `apiVersion` and `kind`:
-/// kube-apiserver leaves them out of the items of built-in lists (the list
-/// names the type), while custom resource lists keep them. Stored objects
-/// begin with those two fields, so this is a slice, not a re-encoding; any
-/// other layout is re-encoded.
-fn without_type_meta(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+/// Writes a built-in object's JSON without its leading `apiVersion` and
+/// `kind`: kube-apiserver leaves them out of the items of built-in lists
+/// (the list names the type), while custom resource lists keep them. Stored
+/// objects begin with those two fields, so this copies a slice straight into
+/// the list; any other layout is re-encoded.
+fn put_without_type_meta(out: &mut BytesMut, json: &[u8]) {
     fn skip_string_field<'a>(rest: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
         let rest = rest.strip_prefix(b"\"")?.strip_prefix(name)?;
         let rest = rest.strip_prefix(b"\":\"")?;
@@ -247,34 +247,39 @@ fn without_type_meta(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
         rest.strip_prefix(b",")
     });
     if let Some(rest) = fast {
-        let mut out = Vec::with_capacity(rest.len() + 1);
-        out.push(b'{');
-        out.extend_from_slice(rest);
-        return std::borrow::Cow::Owned(out);
+        out.put_u8(b'{');
+        out.put_slice(rest);
+        return;
     }
     match serde_json::from_slice::<serde_json::Value>(json) {
         Ok(serde_json::Value::Object(mut map)) => {
             map.remove("apiVersion");
             map.remove("kind");
-            serde_json::to_vec(&map)
-                .map(std::borrow::Cow::Owned)
-                .unwrap_or(std::borrow::Cow::Borrowed(json))
+            match serde_json::to_vec(&map) {
+                Ok(bytes) => out.put_slice(&bytes),
+                Err(_) => out.put_slice(json),
+            }
         }
-        _ => std::borrow::Cow::Borrowed(json),
+        _ => out.put_slice(json),
     }
 }
 
 #[cfg(test)]
 mod type_meta_tests {
-    use super::without_type_meta;
+    use super::put_without_type_meta;
+    use bytes::BytesMut;
+
+    fn cut(json: &[u8]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        put_without_type_meta(&mut out, json);
+        out.to_vec()
+    }
 
     #[test]
     fn leading_api_version_and_kind_are_cut_and_other_layouts_re_encoded() {
-        let fast =
-            without_type_meta(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#);
+        let fast = cut(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#);
         assert_eq!(&*fast, br#"{"metadata":{"name":"a"}}"#);
-        let slow =
-            without_type_meta(br#"{"metadata":{"name":"a"},"kind":"ConfigMap","apiVersion":"v1"}"#);
+        let slow = cut(br#"{"metadata":{"name":"a"},"kind":"ConfigMap","apiVersion":"v1"}"#);
         let value: serde_json::Value = serde_json::from_slice(&slow).unwrap();
         assert_eq!(value, serde_json::json!({"metadata": {"name": "a"}}));
     }

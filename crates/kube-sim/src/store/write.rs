@@ -103,16 +103,9 @@ impl Store {
         if let Some(manager) = &params.field_manager {
             apply::validate_field_manager(manager).map_err(apply_error)?;
         }
-        let mut state = self.state.lock();
-        let result = state.create(rt, version, namespace, body, params, Ownership::Record);
-        if let Ok(stored) = &result
-            && !params.dry_run
-        {
-            state.collect_if_every_owner_is_gone(rt, stored);
-        }
-        drop(state);
-        self.count_write(&result);
-        result
+        self.write_and_collect(rt, params, |state| {
+            state.create(rt, version, namespace, body, params, Ownership::Record)
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -129,25 +122,18 @@ impl Store {
         if let Some(manager) = &params.field_manager {
             apply::validate_field_manager(manager).map_err(apply_error)?;
         }
-        let mut state = self.state.lock();
-        let result = state.update(
-            rt,
-            version,
-            namespace,
-            name,
-            body,
-            sub,
-            params,
-            Ownership::Record,
-        );
-        if let Ok(stored) = &result
-            && !params.dry_run
-        {
-            state.collect_if_every_owner_is_gone(rt, stored);
-        }
-        drop(state);
-        self.count_write(&result);
-        result
+        self.write_and_collect(rt, params, |state| {
+            state.update(
+                rt,
+                version,
+                namespace,
+                name,
+                body,
+                sub,
+                params,
+                Ownership::Record,
+            )
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -168,8 +154,22 @@ impl Store {
             params.force.is_some(),
         )
         .map_err(apply_error)?;
+        self.write_and_collect(rt, params, |state| {
+            state.patch(rt, version, namespace, name, kind, body, sub, params)
+        })
+    }
+
+    /// Runs one write under the state lock, then what the garbage collector
+    /// does to its result (an object whose owners are all gone is
+    /// collected), and counts it.
+    fn write_and_collect(
+        &self,
+        rt: &ResourceType,
+        params: &WriteParams,
+        write: impl FnOnce(&mut State) -> Result<Arc<StoredObject>, ApiError>,
+    ) -> Result<Arc<StoredObject>, ApiError> {
         let mut state = self.state.lock();
-        let result = state.patch(rt, version, namespace, name, kind, body, sub, params);
+        let result = write(&mut state);
         if let Ok(stored) = &result
             && !params.dry_run
         {
