@@ -251,6 +251,13 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// A 500 the real server gives without a reason: a plain error from
+    /// deep in a handler (server-side apply's typed conversion) rather than
+    /// one of apimachinery's classified errors.
+    pub fn unclassified(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     /// The `meta.k8s.io/v1 Status` document for this error.
     pub fn status_json(&self) -> Value {
         let mut status = json!({
@@ -262,6 +269,11 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Some(map) = status.as_object_mut()
+        {
+            map.remove("reason");
+        }
         if let Some(details) = &self.details {
             status["details"] = details.clone();
         }

@@ -21,6 +21,7 @@ mod crd;
 mod defaults;
 pub mod differential;
 mod error;
+pub mod field_validation;
 // exec + kubelet: simulated pods/exec and KWOK-like kubelet/scheduler
 pub mod exec;
 mod http;

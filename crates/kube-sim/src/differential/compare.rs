@@ -121,6 +121,11 @@ fn comparable(step: &Step, body: &Value) -> Value {
     for pointer in &step.ignore {
         remove_pointer(&mut body, pointer);
     }
+    for pointer in &step.unordered {
+        if let Some(Value::Array(items)) = body.pointer_mut(pointer) {
+            items.sort_by_key(|item| item.to_string());
+        }
+    }
     match &step.compare {
         None => body,
         Some(pointers) => {
@@ -252,6 +257,7 @@ mod tests {
             setup: false,
             compare: compare.map(|c| c.into_iter().map(String::from).collect()),
             ignore: ignore.into_iter().map(String::from).collect(),
+            unordered: vec![],
             save: BTreeMap::new(),
             events: None,
             status: None,
@@ -338,5 +344,15 @@ mod tests {
         let b = json!({"metadata": {"generateName": "w-", "name": "w-zq9k2", "annotations": {"x": "2"}}});
         let ignoring = step(None, vec!["/metadata/annotations"]);
         assert!(compare_step(0, &ignoring, &recorded(201, a), &recorded(201, b)).is_empty());
+    }
+
+    #[test]
+    fn arrays_named_unordered_compare_as_sets() {
+        let a = recorded(422, json!({"causes": [{"field": "a"}, {"field": "b"}]}));
+        let b = recorded(422, json!({"causes": [{"field": "b"}, {"field": "a"}]}));
+        let mut ordered = step(None, vec![]);
+        assert!(!compare_step(0, &ordered, &a, &b).is_empty());
+        ordered.unordered = vec!["/causes".into()];
+        assert!(compare_step(0, &ordered, &a, &b).is_empty());
     }
 }

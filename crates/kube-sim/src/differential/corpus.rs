@@ -125,6 +125,10 @@ pub struct Step {
     /// Leave these JSON pointers out of the comparison.
     #[serde(default)]
     pub ignore: Vec<String>,
+    /// Arrays at these JSON pointers compared as sets: kube-apiserver's
+    /// order there follows Go map iteration, which changes run to run.
+    #[serde(default)]
+    pub unordered: Vec<String>,
     /// Variables taken from this step's answer for later steps.
     #[serde(default)]
     pub save: BTreeMap<String, String>,

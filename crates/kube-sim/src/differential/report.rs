@@ -13,6 +13,10 @@ use super::replay::Recorded;
 pub enum Outcome {
     /// Every compared answer agrees.
     Identical,
+    /// Every compared answer agrees, yet `known-differences.yaml` still
+    /// keeps a reason for this scenario: the entry is out of date and must
+    /// go, so the list only ever names real differences.
+    StaleReason { reason: String },
     /// They differ, in a way `known-differences.yaml` keeps with a reason.
     Explained {
         reason: String,
@@ -71,7 +75,12 @@ pub fn judge(corpus: &Corpus, scenario: &Scenario, sim: Answers, real: Option<An
         }
     }
     if differences.is_empty() {
-        return Outcome::Identical;
+        return match corpus.known_reason(&scenario.name) {
+            Some(reason) => Outcome::StaleReason {
+                reason: reason.to_owned(),
+            },
+            None => Outcome::Identical,
+        };
     }
     let differences = differences.iter().map(ToString::to_string).collect();
     match corpus.known_reason(&scenario.name) {
@@ -90,6 +99,8 @@ pub struct Totals {
     pub differing: usize,
     pub sim_only: usize,
     pub errors: usize,
+    /// Identical scenarios that still have a reason in the list.
+    pub stale_reasons: usize,
 }
 
 impl Report {
@@ -98,6 +109,10 @@ impl Report {
         for result in &self.results {
             match result.outcome {
                 Outcome::Identical => totals.identical += 1,
+                Outcome::StaleReason { .. } => {
+                    totals.identical += 1;
+                    totals.stale_reasons += 1;
+                }
                 Outcome::Explained { .. } => totals.explained += 1,
                 Outcome::Differing { .. } => totals.differing += 1,
                 Outcome::SimOnly => totals.sim_only += 1,
@@ -107,10 +122,11 @@ impl Report {
         totals
     }
 
-    /// Nothing differs without a written reason and every scenario ran.
+    /// Nothing differs without a written reason, every scenario ran, and
+    /// no reason is kept for a difference that is gone.
     pub fn agrees(&self) -> bool {
         let totals = self.totals();
-        totals.differing == 0 && totals.errors == 0
+        totals.differing == 0 && totals.errors == 0 && totals.stale_reasons == 0
     }
 
     /// The agreement table: a row a scenario (with its first differences
@@ -127,6 +143,12 @@ impl Report {
             let label = format!("{} / {}", result.area, result.name);
             let (word, details): (&str, Vec<String>) = match &result.outcome {
                 Outcome::Identical => ("identical", vec![]),
+                Outcome::StaleReason { reason } => (
+                    "STALE-REASON",
+                    vec![format!(
+                        "identical now; remove from known-differences.yaml: {reason}"
+                    )],
+                ),
                 Outcome::Explained {
                     reason,
                     differences,
@@ -152,13 +174,14 @@ impl Report {
         let compared = totals.identical + totals.explained + totals.differing;
         let _ = writeln!(
             out,
-            "\n{} scenarios: {} identical, {} differing with a written reason, {} differing without one, {} kube-sim-only, {} errors ({} of {} compared agree)",
+            "\n{} scenarios: {} identical, {} differing with a written reason, {} differing without one, {} kube-sim-only, {} errors, {} stale reasons ({} of {} compared agree)",
             self.results.len(),
             totals.identical,
             totals.explained,
             totals.differing,
             totals.sim_only,
             totals.errors,
+            totals.stale_reasons,
             totals.identical,
             compared,
         );
@@ -229,5 +252,26 @@ mod tests {
             Outcome::Identical
         );
         assert_eq!(judge(&corpus, &scenario, sim, None), Outcome::SimOnly);
+    }
+
+    #[test]
+    fn a_reason_kept_for_a_difference_that_is_gone_fails_agreement() {
+        let (corpus, scenario) = corpus_with(Some("kube-sim used to differ"));
+        let same = Ok(vec![answer(200, json!({"a": 1})), None]);
+        let outcome = judge(&corpus, &scenario, same.clone(), Some(same));
+        assert!(
+            matches!(outcome, Outcome::StaleReason { .. }),
+            "{outcome:?}"
+        );
+        let report = Report {
+            results: vec![ScenarioResult {
+                area: "t".into(),
+                name: "s".into(),
+                outcome,
+            }],
+        };
+        assert!(!report.agrees());
+        assert_eq!(report.totals().stale_reasons, 1);
+        assert!(report.table(false).contains("STALE-REASON"));
     }
 }

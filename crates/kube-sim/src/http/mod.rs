@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::patch::{self, PatchKind};
-use crate::store::{DeleteOptions, Store, Subresource};
+use crate::store::{DeleteOptions, Store, Subresource, WriteParams};
 use path::{ApiPath, Target};
 
 /// Largest request body accepted, as kube-apiserver's 3 MiB limit.
@@ -173,6 +173,28 @@ fn request_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     }
 }
 
+/// Keys a JSON body sets twice (YAML and protobuf bodies are not scanned).
+fn duplicate_fields(headers: &HeaderMap, body: &[u8]) -> Vec<String> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    match content_type.split(';').next().unwrap_or_default().trim() {
+        "" | "application/json" | "*/*" => crate::field_validation::duplicate_fields(body),
+        _ => Vec::new(),
+    }
+}
+
+/// One `Warning` header per warning the write collected.
+fn with_warnings(mut response: Response, params: &WriteParams) -> Response {
+    for text in params.warnings.take() {
+        if let Ok(value) = HeaderValue::from_str(&crate::field_validation::warning_header(&text)) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
@@ -218,11 +240,15 @@ fn collection(
             }
             query.check_write_options("CreateOptions")?;
             let value = request_object(headers, &body)?;
-            let params = query.write_params(user_agent(headers));
+            let mut params = query.write_params(user_agent(headers));
+            params.duplicate_fields = duplicate_fields(headers, &body);
             let created = store.create(rt, &target.version, ns, value, &params)?;
-            Ok(bytes_response(
-                StatusCode::CREATED,
-                Store::render(rt, &target.version, &created),
+            Ok(with_warnings(
+                bytes_response(
+                    StatusCode::CREATED,
+                    Store::render(rt, &target.version, &created),
+                ),
+                &params,
             ))
         }
         Method::DELETE => {
@@ -282,23 +308,29 @@ fn object(
     let ns = target.namespace.as_deref();
     let name = target.name.as_deref().unwrap_or_default();
     let version = &target.version;
-    let params = query.write_params(user_agent(headers));
+    let mut params = query.write_params(user_agent(headers));
     match *method {
         Method::PUT => query.check_write_options("UpdateOptions")?,
         Method::PATCH => query.check_write_options("PatchOptions")?,
         Method::DELETE => query.check_write_options("DeleteOptions")?,
         _ => {}
     }
-    let respond = |obj: Arc<crate::object::StoredObject>, code: StatusCode| {
-        Ok(bytes_response(code, Store::render(rt, version, &obj)))
-    };
+    let respond =
+        |obj: Arc<crate::object::StoredObject>, code: StatusCode, params: &WriteParams| {
+            Ok(with_warnings(
+                bytes_response(code, Store::render(rt, version, &obj)),
+                params,
+            ))
+        };
     match *method {
-        Method::GET => respond(store.get(rt, ns, name)?, StatusCode::OK),
+        Method::GET => respond(store.get(rt, ns, name)?, StatusCode::OK, &params),
         Method::PUT => {
             let value = request_object(headers, &body)?;
+            params.duplicate_fields = duplicate_fields(headers, &body);
             respond(
                 store.update(rt, version, ns, name, value, sub, &params)?,
                 StatusCode::OK,
+                &params,
             )
         }
         Method::PATCH => {
@@ -321,6 +353,7 @@ fn object(
                 } else {
                     StatusCode::OK
                 },
+                &params,
             )
         }
         Method::DELETE if sub == Subresource::Main => {
@@ -348,7 +381,7 @@ fn object(
                     Bytes::from(status.to_string()),
                 ));
             }
-            respond(deleted, StatusCode::OK)
+            respond(deleted, StatusCode::OK, &params)
         }
         _ => Err(ApiError::method_not_allowed()),
     }

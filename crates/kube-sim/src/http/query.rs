@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::{ApiError, Cause};
+use crate::field_validation::FieldValidation;
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, ListOptions, Propagation, WatchOptions, WriteParams};
@@ -51,6 +52,8 @@ impl Query {
             field_manager: self.field_manager.clone(),
             force: self.force,
             user_agent: user_agent.to_string(),
+            field_validation: FieldValidation::from_query(self.field_validation.as_deref()),
+            ..WriteParams::default()
         }
     }
 

@@ -12,6 +12,7 @@ use super::{ChangeType, State, Store};
 use crate::apply::{self, ApplyError, SmpError, WriteContext};
 use crate::crd;
 use crate::error::{ApiError, Cause};
+use crate::field_validation::{self, FieldValidation, Warnings};
 use crate::object::{StoredObject, finalizers, meta_str, metadata_mut, now_rfc3339};
 use crate::patch::{self, PatchKind};
 use crate::resources::{ResourceType, StatusOnCreate};
@@ -32,6 +33,25 @@ pub struct WriteParams {
     /// `force` as given; `Some(false)` still counts as given.
     pub force: Option<bool>,
     pub user_agent: String,
+    /// What the write does with fields its type does not know or the body
+    /// sets twice.
+    pub field_validation: FieldValidation,
+    /// Keys the request's JSON body set more than once. Only the HTTP layer
+    /// has the bytes to find them; decoded values have lost them.
+    pub duplicate_fields: Vec<String>,
+    /// Where the write leaves its warnings for the answer's headers.
+    pub warnings: Warnings,
+    /// Whether the object came as a whole body or as the result of a
+    /// patch: the two are refused by `Strict` in different words.
+    pub(crate) origin: WriteOrigin,
+}
+
+/// How the object being written reached the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum WriteOrigin {
+    #[default]
+    Body,
+    Patch,
 }
 
 impl WriteParams {
@@ -255,25 +275,146 @@ fn check_namespace(
 
 /// Built-in kinds decode into their typed form and back, which rejects
 /// ill-typed fields and drops unknown ones exactly like the real server;
-/// custom resources are pruned and defaulted by their schema.
-fn normalize(rt: &ResourceType, version: &str, value: Value) -> Result<Value, ApiError> {
-    match rt.normalize {
-        Some(f) => f(value)
-            .map(|mut value| {
-                crate::defaults::apply(&rt.group, &rt.kind, &mut value);
-                value
-            })
-            .map_err(|e| {
+/// custom resources are pruned and defaulted by their schema. What was
+/// dropped (and what the body set twice) is then refused, reported as
+/// warnings or ignored, as `fieldValidation` asks.
+fn normalize(
+    rt: &ResourceType,
+    version: &str,
+    value: Value,
+    params: &WriteParams,
+) -> Result<Value, ApiError> {
+    let checking = params.field_validation != FieldValidation::Ignore;
+    let input = checking.then(|| value.clone());
+    let (value, dropped) = match rt.normalize {
+        Some(f) => {
+            let mut decoded = f(value).map_err(|e| {
                 ApiError::bad_request(format!("error decoding {} {}: {e}", rt.plural, rt.kind))
-            }),
+            })?;
+            let dropped = input
+                .as_ref()
+                .map(|input| field_validation::dropped_fields(input, &decoded))
+                .unwrap_or_default();
+            crate::defaults::apply(&rt.group, &rt.kind, &mut decoded);
+            (decoded, dropped)
+        }
         None => {
             let mut value = value;
+            let mut dropped = drop_unknown_metadata(&mut value);
             if let Some(schema) = rt.schema(version) {
-                schema.prepare(&mut value);
+                dropped.extend(schema.prepare(&mut value));
             }
-            Ok(value)
+            dropped.sort();
+            (value, dropped)
+        }
+    };
+    if !checking {
+        return Ok(value);
+    }
+    let problems: Vec<String> = dropped
+        .iter()
+        .map(|path| field_validation::unknown_field(path))
+        .chain(
+            params
+                .duplicate_fields
+                .iter()
+                .map(|path| field_validation::duplicate_field(path)),
+        )
+        .collect();
+    if problems.is_empty() {
+        return Ok(value);
+    }
+    if params.field_validation == FieldValidation::Strict {
+        return Err(strict_decoding_error(rt, version, params, input, &problems));
+    }
+    for problem in problems {
+        params.warnings.push(problem);
+    }
+    Ok(value)
+}
+
+/// The refusal of a `Strict` write: a body the server cannot decode is
+/// BadRequest; a patch whose result it cannot decode is an Invalid `patch`
+/// showing that result, as kube-apiserver words them.
+fn strict_decoding_error(
+    rt: &ResourceType,
+    version: &str,
+    params: &WriteParams,
+    input: Option<Value>,
+    problems: &[String],
+) -> ApiError {
+    match params.origin {
+        WriteOrigin::Body => ApiError::bad_request(field_validation::strict_decoding_message(
+            &rt.kind, version, problems,
+        )),
+        WriteOrigin::Patch => {
+            let patched = input.map(|v| v.to_string()).unwrap_or_default();
+            ApiError::invalid(
+                "",
+                "",
+                "",
+                vec![Cause::invalid(
+                    "patch",
+                    &Value::String(patched),
+                    &format!("strict decoding error: {}", problems.join(", ")),
+                )],
+            )
         }
     }
+}
+
+/// Removes the metadata fields `ObjectMeta` does not have from a custom
+/// resource (the apiserver decodes every object's metadata into it) and
+/// returns their paths. Built-in kinds lose them in their typed decode.
+fn drop_unknown_metadata(value: &mut Value) -> Vec<String> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let Some(meta) = value.get_mut("metadata") else {
+        return Vec::new();
+    };
+    let Ok(typed) = serde_json::from_value::<ObjectMeta>(meta.clone()) else {
+        // Ill-typed metadata is the validator's to report.
+        return Vec::new();
+    };
+    let Ok(decoded) = serde_json::to_value(typed) else {
+        return Vec::new();
+    };
+    let dropped = field_validation::dropped_fields(meta, &decoded);
+    if let Some(map) = meta.as_object_mut() {
+        for path in &dropped {
+            if !path.contains(['.', '[']) {
+                map.remove(path);
+            }
+        }
+    }
+    dropped
+        .into_iter()
+        .map(|path| format!("metadata.{path}"))
+        .collect()
+}
+
+/// Fields of an apply configuration its type does not declare, outside
+/// metadata. Server-side apply refuses them whatever `fieldValidation`
+/// says, because it cannot build a typed patch from them. Best effort for
+/// built-in kinds: a partial configuration the typed decoder cannot read
+/// (a required field left out) is checked no further here.
+fn undeclared_apply_fields(rt: &ResourceType, version: &str, applied: &Value) -> Vec<String> {
+    let dropped = match rt.normalize {
+        Some(f) => match f(applied.clone()) {
+            Ok(decoded) => field_validation::dropped_fields(applied, &decoded),
+            Err(_) => Vec::new(),
+        },
+        None => match rt.schema(version) {
+            Some(schema) => {
+                let mut pruned = applied.clone();
+                schema.prepare(&mut pruned)
+            }
+            None => Vec::new(),
+        },
+    };
+    dropped
+        .into_iter()
+        .filter(|path| path != "metadata" && !path.starts_with("metadata."))
+        .collect()
 }
 
 /// Secrets accept `stringData` as a write-only convenience folded into `data`.
@@ -474,7 +615,7 @@ impl State {
                 value["status"] = serde_json::from_str(initial).unwrap_or(Value::Null);
             }
         }
-        let mut value = normalize(rt, version, value)?;
+        let mut value = normalize(rt, version, value, params)?;
         check_valid(rt, version, &value, None)?;
 
         if rt.namespaced {
@@ -589,6 +730,10 @@ impl State {
             }
             PatchKind::Apply => unreachable!("handled above"),
         }
+        let params = WriteParams {
+            origin: WriteOrigin::Patch,
+            ..params.clone()
+        };
         self.update(
             rt,
             version,
@@ -596,7 +741,7 @@ impl State {
             name,
             doc,
             sub,
-            params,
+            &params,
             Ownership::Record,
         )
     }
@@ -641,6 +786,13 @@ impl State {
                 }
                 Subresource::Main => {}
             }
+        }
+        if let Some(field) = undeclared_apply_fields(rt, version, &applied).first() {
+            let body_namespace = meta_str(&applied, "namespace").unwrap_or_default();
+            return Err(ApiError::unclassified(format!(
+                "failed to create typed patch object ({body_namespace}/{name}; {}/{version}, Kind={}): .{field}: field not declared in schema",
+                rt.group, rt.kind
+            )));
         }
         let current = self.existing(rt, namespace, name).ok();
         let wanted_rv = meta_str(&applied, "resourceVersion").unwrap_or_default();
@@ -785,7 +937,7 @@ impl State {
                 };
             }
         }
-        let mut new = normalize(rt, version, new)?;
+        let mut new = normalize(rt, version, new, params)?;
         check_valid(rt, version, &new, Some(&old))?;
         if current.deleting {
             let before = finalizers(&old);

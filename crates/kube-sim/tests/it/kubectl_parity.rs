@@ -709,3 +709,53 @@ async fn kubectl_create_role_and_binding_generators_store_what_they_say() {
     let listed = kubectl.ok(&["get", "clusterrolebindings"]).await;
     assert!(listed.contains("readers"), "{listed}");
 }
+
+/// kubectl sends `fieldValidation=Strict` by default: a typo in a manifest
+/// is refused as on a real cluster, `--validate=warn` stores the object and
+/// prints the server's warning, `--validate=false` says nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typo_in_a_manifest_is_refused_by_default_and_only_warned_about_when_asked() {
+    let sim = sim().await;
+    let kubectl = Kubectl::new(&sim);
+    let manifest = |name: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replica: 3\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: web\n        image: nginx\n"
+        )
+    };
+    let strict = kubectl.file("strict.yaml", &manifest("strict"));
+    let out = kubectl.run(&["create", "-f", &strict]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the typo was accepted: {stderr}");
+    assert!(
+        stderr.contains(
+            "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.replica\""
+        ),
+        "{stderr}"
+    );
+    let absent = kubectl
+        .run(&["get", "deployment", "strict", "-o", "name"])
+        .await;
+    assert!(!absent.status.success(), "a refused create was stored");
+
+    let warn = kubectl.file("warn.yaml", &manifest("warn"));
+    let out = kubectl
+        .run(&["create", "--validate=warn", "-f", &warn])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: unknown field \"spec.replica\""),
+        "{stderr}"
+    );
+    kubectl
+        .ok(&["get", "deployment", "warn", "-o", "name"])
+        .await;
+
+    let ignore = kubectl.file("ignore.yaml", &manifest("ignore"));
+    let out = kubectl
+        .run(&["create", "--validate=false", "-f", &ignore])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("Warning"), "{stderr}");
+}
