@@ -26,6 +26,16 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueInvalid` cause whose value is already rendered the way
+    /// the real server prints it (Go's JSON field order for a struct).
+    pub fn invalid_shown(field: impl Into<String>, shown: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {shown}: {detail}"),
+            field: field.into(),
+        }
+    }
+
     pub fn required(field: impl Into<String>, detail: &str) -> Self {
         let message = if detail.is_empty() {
             "Required value".to_string()
@@ -172,6 +182,15 @@ impl ApiError {
             kind: resource,
             name,
         })
+    }
+
+    /// The same error with `details.kind` naming the Kind instead of the
+    /// resource: kube-apiserver's failed delete preconditions do.
+    pub fn naming_kind(mut self, kind: &str) -> Self {
+        if let Some(details) = self.details.as_mut() {
+            details["kind"] = Value::from(kind);
+        }
+        self
     }
 
     /// 422 with one cause per field, worded like kube-apiserver:

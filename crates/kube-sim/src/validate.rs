@@ -111,8 +111,81 @@ pub fn metadata(rt: &ResourceType, value: &Value) -> Vec<Cause> {
                 }
             }
         }
+        causes.extend(one_controller(owners));
     }
     causes
+}
+
+/// At most one owner reference may be the controller: every further one is
+/// a cause naming the first and itself, with the whole list shown in Go's
+/// field order (`apiVersion, kind, name, uid, controller,
+/// blockOwnerDeletion`), as kube-apiserver prints it.
+fn one_controller(owners: &[Value]) -> Vec<Cause> {
+    let is_controller =
+        |owner: &Value| owner.get("controller").and_then(Value::as_bool) == Some(true);
+    let describe = |owner: &Value| {
+        format!(
+            "{}/{}",
+            owner
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            owner
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        )
+    };
+    let mut controllers = owners.iter().filter(|owner| is_controller(owner));
+    let Some(first) = controllers.next() else {
+        return Vec::new();
+    };
+    let rest: Vec<&Value> = controllers.collect();
+    if rest.is_empty() {
+        return Vec::new();
+    }
+    let shown = format!(
+        "[{}]",
+        owners
+            .iter()
+            .map(go_owner_reference_json)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    rest.into_iter()
+        .map(|other| {
+            Cause::invalid_shown(
+                "metadata.ownerReferences",
+                &shown,
+                &format!(
+                    "Only one reference can have Controller set to true. Found \"true\" in references for {} and {}",
+                    describe(first),
+                    describe(other)
+                ),
+            )
+        })
+        .collect()
+}
+
+fn go_owner_reference_json(owner: &Value) -> String {
+    let fields = [
+        "apiVersion",
+        "kind",
+        "name",
+        "uid",
+        "controller",
+        "blockOwnerDeletion",
+    ];
+    let parts: Vec<String> = fields
+        .iter()
+        .filter_map(|key| {
+            owner
+                .get(*key)
+                .filter(|value| !value.is_null())
+                .map(|value| format!("{}:{value}", Value::from(*key)))
+        })
+        .collect();
+    format!("{{{}}}", parts.join(","))
 }
 
 /// Kind-specific checks for built-ins kube-sim knows well enough to check.
@@ -156,12 +229,120 @@ pub fn kind_specific(rt: &ResourceType, value: &Value) -> Vec<Cause> {
                 for key in map.keys() {
                     if !is_config_key(key) {
                         causes.push(Cause::invalid(
-                            field.to_string(),
+                            format!("{field}[{key}]"),
                             &Value::from(key.as_str()),
                             "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
                         ));
                     }
                 }
+            }
+        }
+    }
+    if rt.kind == "ConfigMap" {
+        causes.extend(configmap_rules(value));
+    }
+    if rt.kind == "Service" {
+        causes.extend(service_port_ranges(value));
+    }
+    if rt.kind == "Secret" {
+        let size: usize = string_values(value, "data").map(base64_decoded_len).sum();
+        if size > MAX_CONFIG_DATA_BYTES {
+            causes.push(Cause::too_long("data", MAX_CONFIG_DATA_BYTES));
+        }
+    }
+    causes
+}
+
+/// Service ports and numeric target ports are 1 to 65535.
+fn service_port_ranges(value: &Value) -> Vec<Cause> {
+    const RANGE: &str = "must be between 1 and 65535, inclusive";
+    let mut causes = Vec::new();
+    let ports = value.pointer("/spec/ports").and_then(Value::as_array);
+    for (i, port) in ports.into_iter().flatten().enumerate() {
+        for key in ["port", "targetPort"] {
+            if let Some(number) = port.get(key).and_then(Value::as_i64)
+                && !(1..=65535).contains(&number)
+            {
+                causes.push(Cause::invalid(
+                    format!("spec.ports[{i}].{key}"),
+                    &Value::from(number),
+                    RANGE,
+                ));
+            }
+        }
+    }
+    causes
+}
+
+/// ConfigMap and Secret data may hold at most 1 MiB (etcd's value limit,
+/// less room for the rest of the object).
+const MAX_CONFIG_DATA_BYTES: usize = 1024 * 1024;
+
+fn configmap_rules(value: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let binary = value.get("binaryData").and_then(Value::as_object);
+    if let (Some(data), Some(binary)) = (value.get("data").and_then(Value::as_object), binary) {
+        for key in data.keys().filter(|key| binary.contains_key(*key)) {
+            causes.push(Cause::invalid(
+                format!("data[{key}]"),
+                &Value::from(key.as_str()),
+                "duplicate of key present in binaryData",
+            ));
+        }
+    }
+    let size: usize = string_values(value, "data").map(str::len).sum::<usize>()
+        + string_values(value, "binaryData")
+            .map(base64_decoded_len)
+            .sum::<usize>();
+    if size > MAX_CONFIG_DATA_BYTES {
+        // kube-apiserver reports this on the root path, printed `[]`.
+        causes.push(Cause::too_long("[]", MAX_CONFIG_DATA_BYTES));
+    }
+    causes
+}
+
+fn string_values<'a>(value: &'a Value, field: &str) -> impl Iterator<Item = &'a str> {
+    value
+        .get(field)
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|map| map.values().filter_map(Value::as_str))
+}
+
+/// The number of bytes a base64 text stands for (the typed decode has
+/// already refused text that is not base64).
+fn base64_decoded_len(text: &str) -> usize {
+    let padding = text.bytes().rev().take_while(|b| *b == b'=').count();
+    (text.len() / 4 * 3).saturating_sub(padding)
+}
+
+/// Rules of an update that compare the stored object with the new one:
+/// immutable ConfigMaps and Secrets, and a Secret's type.
+pub fn kind_specific_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if rt.custom || !rt.group.is_empty() || !matches!(rt.kind.as_str(), "ConfigMap" | "Secret") {
+        return causes;
+    }
+    const IMMUTABLE: &str = "field is immutable when `immutable` is set";
+    if rt.kind == "Secret" && new.get("type") != old.get("type") {
+        causes.push(Cause::invalid(
+            "type",
+            new.get("type").unwrap_or(&Value::Null),
+            "field is immutable",
+        ));
+    }
+    if old.get("immutable").and_then(Value::as_bool) == Some(true) {
+        if new.get("immutable").and_then(Value::as_bool) != Some(true) {
+            causes.push(Cause::forbidden("immutable", IMMUTABLE));
+        }
+        let fields: &[&str] = if rt.kind == "ConfigMap" {
+            &["data", "binaryData"]
+        } else {
+            &["data"]
+        };
+        for field in fields {
+            if new.get(*field) != old.get(*field) {
+                causes.push(Cause::forbidden(*field, IMMUTABLE));
             }
         }
     }
@@ -232,6 +413,122 @@ mod tests {
             &json!({"data": {"ok.key": "v", "bad/key": "v"}}),
         );
         assert_eq!(causes.len(), 1);
-        assert_eq!(causes[0].field, "data");
+        assert_eq!(causes[0].field, "data[bad/key]");
+    }
+
+    fn builtin(plural: &str) -> std::sync::Arc<ResourceType> {
+        Registry::with_builtins().lookup("", "v1", plural).unwrap()
+    }
+
+    fn fields(causes: &[Cause]) -> Vec<(&str, &str)> {
+        causes
+            .iter()
+            .map(|c| (c.field.as_str(), c.reason.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn configmap_data_over_one_mebibyte_counts_data_and_decoded_binary_data() {
+        let rt = configmaps();
+        let just_fits =
+            json!({"data": {"a": "x".repeat((1 << 20) - 1)}, "binaryData": {"b": "eA=="}});
+        assert!(kind_specific(&rt, &just_fits).is_empty());
+        let over = json!({"data": {"a": "x".repeat(1 << 20)}, "binaryData": {"b": "eA=="}});
+        assert_eq!(
+            fields(&kind_specific(&rt, &over)),
+            [("[]", "FieldValueTooLong")]
+        );
+    }
+
+    #[test]
+    fn secret_data_over_one_mebibyte_is_too_long_on_data() {
+        let rt = builtin("secrets");
+        let over = json!({"data": {"k": "eHh4".repeat((1 << 20) / 3 + 1)}});
+        assert_eq!(
+            fields(&kind_specific(&rt, &over)),
+            [("data", "FieldValueTooLong")]
+        );
+    }
+
+    #[test]
+    fn a_configmap_key_in_data_and_binary_data_is_named_with_its_key() {
+        let rt = configmaps();
+        let causes = kind_specific(
+            &rt,
+            &json!({"data": {"k": "v", "bad key": "v"}, "binaryData": {"k": "dg=="}}),
+        );
+        assert_eq!(
+            fields(&causes),
+            [
+                ("data[bad key]", "FieldValueInvalid"),
+                ("data[k]", "FieldValueInvalid")
+            ]
+        );
+        assert_eq!(
+            causes[1].message,
+            "Invalid value: \"k\": duplicate of key present in binaryData"
+        );
+    }
+
+    #[test]
+    fn an_immutable_configmap_keeps_its_data_and_stays_immutable() {
+        let rt = configmaps();
+        let old = json!({"data": {"k": "1"}, "immutable": true});
+        assert!(kind_specific_update(&rt, &old, &old).is_empty());
+        let changed = json!({"data": {"k": "2"}, "binaryData": {"b": "eA=="}, "immutable": false});
+        assert_eq!(
+            fields(&kind_specific_update(&rt, &changed, &old)),
+            [
+                ("immutable", "FieldValueForbidden"),
+                ("data", "FieldValueForbidden"),
+                ("binaryData", "FieldValueForbidden")
+            ]
+        );
+        let mutable_old = json!({"data": {"k": "1"}});
+        assert!(kind_specific_update(&rt, &changed, &mutable_old).is_empty());
+    }
+
+    #[test]
+    fn a_secret_type_cannot_change() {
+        let rt = builtin("secrets");
+        let causes = kind_specific_update(
+            &rt,
+            &json!({"type": "kubernetes.io/basic-auth"}),
+            &json!({"type": "Opaque"}),
+        );
+        assert_eq!(fields(&causes), [("type", "FieldValueInvalid")]);
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"kubernetes.io/basic-auth\": field is immutable"
+        );
+    }
+
+    #[test]
+    fn only_one_owner_reference_may_be_the_controller() {
+        let rt = configmaps();
+        let owner = |kind: &str, name: &str| json!({"apiVersion": "v1", "kind": kind, "name": name, "uid": "u", "controller": true});
+        let value = json!({"metadata": {"name": "a", "ownerReferences": [owner("ConfigMap", "o1"), owner("Pod", "o2")]}});
+        let causes = metadata(&rt, &value);
+        assert_eq!(
+            fields(&causes),
+            [("metadata.ownerReferences", "FieldValueInvalid")]
+        );
+        assert_eq!(
+            causes[0].message,
+            r#"Invalid value: [{"apiVersion":"v1","kind":"ConfigMap","name":"o1","uid":"u","controller":true},{"apiVersion":"v1","kind":"Pod","name":"o2","uid":"u","controller":true}]: Only one reference can have Controller set to true. Found "true" in references for ConfigMap/o1 and Pod/o2"#
+        );
+    }
+
+    #[test]
+    fn service_ports_out_of_range_are_invalid() {
+        let rt = builtin("services");
+        let value = json!({"spec": {"ports": [{"port": 80, "targetPort": "http"}, {"port": 70000, "targetPort": 0}]}});
+        assert_eq!(
+            fields(&kind_specific(&rt, &value)),
+            [
+                ("spec.ports[1].port", "FieldValueInvalid"),
+                ("spec.ports[1].targetPort", "FieldValueInvalid")
+            ]
+        );
     }
 }

@@ -13,7 +13,8 @@
 //! Every scenario runs in a namespace of its own (`$NS`); `$U` is a suffix
 //! unique to the run for cluster-scoped names, and `$name` is a value an
 //! earlier step saved (`save: {name: /json/pointer}`); `$MIBPLUS` is a
-//! string one byte over the 1 MiB ConfigMap and Secret limit.
+//! string one byte over the 1 MiB ConfigMap and Secret limit, `$BODYPLUS`
+//! one that makes a body longer than the 3 MiB request limit.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

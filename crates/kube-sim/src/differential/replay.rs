@@ -203,6 +203,8 @@ pub async fn replay(
         ("U".to_owned(), unique.to_owned()),
         // One byte over the 1 MiB limit on ConfigMap and Secret data.
         ("MIBPLUS".to_owned(), "x".repeat((1 << 20) + 1)),
+        // Past the 3 MiB request body limit.
+        ("BODYPLUS".to_owned(), "x".repeat((3 << 20) + 1)),
     ]);
     let created = send(
         client,

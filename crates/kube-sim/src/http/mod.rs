@@ -97,12 +97,28 @@ async fn dispatch(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return body_rejection(&rejection).into_response(),
+    };
     match handle(&state, &method, &uri, &headers, body).await {
         // Table answers for kubectl get (table.rs)
         Ok(response) => table::convert(&state.store, &method, &uri, &headers, response).await,
         Err(err) => err.into_response(),
+    }
+}
+
+/// A body that could not be read is answered with a Status like every other
+/// error: over the limit is kube-apiserver's 413 `Request entity too large`.
+fn body_rejection(rejection: &axum::extract::rejection::BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::too_large(format!(
+            "Request entity too large: limit is {MAX_BODY_BYTES}"
+        ))
+    } else {
+        ApiError::bad_request(format!("the request body could not be read: {rejection}"))
     }
 }
 

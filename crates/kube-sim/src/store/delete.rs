@@ -122,7 +122,8 @@ impl State {
                     "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
                     current.uid
                 ),
-            ));
+            )
+            .naming_kind(&rt.kind));
         }
         if let Some(rv) = &opts.precondition_rv
             && *rv != current.rv.to_string()
@@ -135,7 +136,8 @@ impl State {
                     "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
                     current.rv
                 ),
-            ));
+            )
+            .naming_kind(&rt.kind));
         }
         if is_namespace_type(rt) && PROTECTED_NAMESPACES.contains(&name) {
             return Err(ApiError::forbidden(format!(

@@ -449,6 +449,9 @@ fn check_valid(
 ) -> Result<(), ApiError> {
     let mut causes = validate::metadata(rt, value);
     causes.extend(validate::kind_specific(rt, value));
+    if let Some(old) = old {
+        causes.extend(validate::kind_specific_update(rt, value, old));
+    }
     if is_crd_type(rt) {
         causes.extend(crd::validate(value));
     }
@@ -860,6 +863,33 @@ impl State {
         let given_rv = meta_str(&value, "resourceVersion").unwrap_or_default();
         if !given_rv.is_empty() && given_rv != current.rv.to_string() {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        let given_uid = meta_str(&value, "uid").unwrap_or_default();
+        if !given_uid.is_empty() && given_uid != current.uid {
+            // A replace naming another uid is a failed precondition; a
+            // patch that changes it is an invalid change of an immutable
+            // field (kube-apiserver words the two differently).
+            return Err(match params.origin {
+                WriteOrigin::Body => ApiError::conflict_with(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {given_uid}, UID in object meta: {}",
+                        current.uid
+                    ),
+                ),
+                WriteOrigin::Patch => ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    name,
+                    vec![Cause::invalid(
+                        "metadata.uid",
+                        &Value::from(given_uid),
+                        "field is immutable",
+                    )],
+                ),
+            });
         }
         let status_is_separate = rt.has_status(version);
         let mut new = match sub {
