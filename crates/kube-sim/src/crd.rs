@@ -208,6 +208,7 @@ pub fn resource_type(crd: &Value) -> ResourceType {
         normalize: None,
         extra_fields: &[],
         custom: true,
+        stored_as: None,
     }
 }
 

@@ -21,6 +21,7 @@ mod crd;
 mod defaults;
 pub mod differential;
 mod error;
+mod event_view;
 pub mod field_validation;
 // exec + kubelet: simulated pods/exec and KWOK-like kubelet/scheduler
 pub mod exec;

@@ -99,13 +99,19 @@ impl StoredObject {
         match path {
             "metadata.name" => &self.name,
             "metadata.namespace" => &self.namespace,
-            other => rt
-                .extra_fields
-                .iter()
-                .position(|f| *f == other)
-                .and_then(|i| self.fields.get(i))
-                .map(String::as_str)
-                .unwrap_or_default(),
+            other => {
+                // A view's fields are the stored kind's, under other names.
+                let (fields, path) = match &rt.stored_as {
+                    Some(stored) => (stored.storage_fields, (stored.field_in_storage)(other)),
+                    None => (rt.extra_fields, other.to_string()),
+                };
+                fields
+                    .iter()
+                    .position(|f| *f == path)
+                    .and_then(|i| self.fields.get(i))
+                    .map(String::as_str)
+                    .unwrap_or_default()
+            }
         }
     }
 }

@@ -63,7 +63,40 @@ pub struct ResourceType {
     /// True for kinds served from a CRD.
     pub custom: bool,
     pub schemas: TypeSchemas,
+    /// Set when this kind's objects are another kind's, seen through a
+    /// conversion (events.k8s.io/v1 Events are stored core/v1 Events).
+    pub stored_as: Option<StoredAs>,
 }
+
+/// Where a kind served as a view of another is stored, and how its objects
+/// convert between the two forms.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredAs {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    /// The stored kind's selectable fields (`StoredObject::fields` order).
+    pub storage_fields: &'static [&'static str],
+    pub to_view: fn(Value) -> Value,
+    pub from_view: fn(Value) -> Value,
+    /// A field selector path of the view, in the stored kind's names.
+    pub field_in_storage: fn(&str) -> String,
+    /// Rules only writes through the view obey (stored form; `None` old
+    /// for a create).
+    pub check_view_write: fn(&Value, Option<&Value>) -> Vec<crate::error::Cause>,
+}
+
+/// events.k8s.io/v1 Events over the core/v1 store.
+const EVENTS_V1_STORED_AS: StoredAs = StoredAs {
+    group: "",
+    version: "v1",
+    plural: "events",
+    storage_fields: EVENT_FIELDS,
+    to_view: crate::event_view::to_events_v1,
+    from_view: crate::event_view::from_events_v1,
+    field_in_storage: crate::event_view::field_in_storage,
+    check_view_write: crate::event_view::check_events_v1_write,
+};
 
 impl ResourceType {
     /// Whether the real server keeps `metadata.generation` for this kind:
@@ -84,6 +117,18 @@ impl ResourceType {
         GroupResource {
             group: self.group.clone(),
             resource: self.plural.clone(),
+        }
+    }
+
+    /// The resource whose store holds this kind's objects: its own, or the
+    /// stored kind's for a view.
+    pub fn storage_key(&self) -> GroupResource {
+        match &self.stored_as {
+            Some(stored) => GroupResource {
+                group: stored.group.to_string(),
+                resource: stored.plural.to_string(),
+            },
+            None => self.group_resource(),
         }
     }
 
@@ -456,6 +501,8 @@ pub fn builtin_types() -> Vec<ResourceType> {
             normalize: Some(b.normalize),
             extra_fields: b.extra_fields,
             custom: false,
+            stored_as: (b.group == "events.k8s.io" && b.kind == "Event")
+                .then_some(EVENTS_V1_STORED_AS),
         })
         .collect()
 }

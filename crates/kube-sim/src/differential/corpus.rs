@@ -39,6 +39,7 @@ const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("paging", include_str!("../../differential/paging.yaml")),
     ("watch", include_str!("../../differential/watch.yaml")),
+    ("events", include_str!("../../differential/events.yaml")),
     (
         "discovery",
         include_str!("../../differential/discovery.yaml"),

@@ -446,6 +446,40 @@ fn builtin_columns(group: &str, kind: &str) -> Vec<Column> {
             column("Data", "integer", 0, Source::Builtin(configmap_data)),
             column("Age", "string", 0, Source::Age),
         ],
+        // kube-apiserver's event columns; events.k8s.io/v1 Events are the
+        // same objects and are printed from their stored form.
+        ("", "Event") => vec![
+            column("Last Seen", "string", 0, Source::Builtin(event_last_seen)),
+            column(
+                "Type",
+                "string",
+                0,
+                Source::Builtin(|o| text_or_empty(o, "/type")),
+            ),
+            column(
+                "Reason",
+                "string",
+                0,
+                Source::Builtin(|o| text_or_empty(o, "/reason")),
+            ),
+            column("Object", "string", 0, Source::Builtin(event_object)),
+            column(
+                "Subobject",
+                "string",
+                1,
+                Source::Builtin(|o| text_or_empty(o, "/involvedObject/fieldPath")),
+            ),
+            column("Source", "string", 1, Source::Builtin(event_source)),
+            column(
+                "Message",
+                "string",
+                0,
+                Source::Builtin(|o| text_or_empty(o, "/message")),
+            ),
+            column("First Seen", "string", 1, Source::Builtin(event_first_seen)),
+            column("Count", "string", 1, Source::Builtin(event_count)),
+            column("Name", "string", 1, Source::Name),
+        ],
         ("", "Namespace") => vec![
             column("Name", "string", 0, Source::Name),
             column(
@@ -458,6 +492,59 @@ fn builtin_columns(group: &str, kind: &str) -> Vec<Column> {
         ],
         _ => default_columns(),
     }
+}
+
+/// The most recent of the event's times, as an age (`lastTimestamp`, else
+/// the series' last observation, else `eventTime`).
+fn event_last_seen(obj: &Value) -> Value {
+    let now = jiff::Timestamp::now();
+    let seen = ["/lastTimestamp", "/series/lastObservedTime", "/eventTime"]
+        .iter()
+        .find_map(|p| {
+            obj.pointer(p)
+                .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+        });
+    age(seen, now)
+}
+
+fn event_first_seen(obj: &Value) -> Value {
+    let now = jiff::Timestamp::now();
+    let first = ["/firstTimestamp", "/eventTime"].iter().find_map(|p| {
+        obj.pointer(p)
+            .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+    });
+    age(first, now)
+}
+
+/// `kind/name` of the object the event is about, kind in lower case.
+fn event_object(obj: &Value) -> Value {
+    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    json!(format!(
+        "{}/{}",
+        text("/involvedObject/kind").to_lowercase(),
+        text("/involvedObject/name")
+    ))
+}
+
+fn event_source(obj: &Value) -> Value {
+    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    let component = match text("/source/component") {
+        "" => text("/reportingComponent"),
+        component => component,
+    };
+    match text("/source/host") {
+        "" => json!(component),
+        host => json!(format!("{component}, {host}")),
+    }
+}
+
+fn event_count(obj: &Value) -> Value {
+    let count = obj
+        .pointer("/series/count")
+        .or_else(|| obj.pointer("/count"))
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    json!(count.to_string())
 }
 
 fn text_or_none(obj: &Value, pointer: &str) -> Value {

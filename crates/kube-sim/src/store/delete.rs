@@ -110,6 +110,9 @@ impl State {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Arc<StoredObject>, ApiError> {
+        if let Some((storage, _)) = self.stored_type(rt) {
+            return self.delete(&storage, namespace, name, opts);
+        }
         let current = self.existing(rt, namespace, name)?;
         if let Some(uid) = &opts.precondition_uid
             && *uid != current.uid

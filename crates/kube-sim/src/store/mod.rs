@@ -150,6 +150,7 @@ impl Store {
         let registry = Registry::with_builtins();
         let resources = registry
             .all()
+            .filter(|t| t.stored_as.is_none())
             .map(|t| (t.group_resource(), ResourceStore::new(0)))
             .collect();
         let store = Arc::new(Self {
@@ -219,7 +220,7 @@ impl Store {
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
         state
             .resources
-            .get(&rt.group_resource())
+            .get(&rt.storage_key())
             .and_then(|r| r.objects.get(&key))
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
@@ -228,6 +229,12 @@ impl Store {
     /// The object's JSON as served at `version` (only `apiVersion` differs
     /// between versions of one resource).
     pub fn render(rt: &ResourceType, version: &str, obj: &StoredObject) -> Bytes {
+        if let Some(stored) = &rt.stored_as {
+            let value = (stored.to_view)(obj.value());
+            return serde_json::to_vec(&value)
+                .map(Bytes::from)
+                .unwrap_or_else(|_| obj.json.clone());
+        }
         if version == rt.storage_version {
             return obj.json.clone();
         }
@@ -258,7 +265,7 @@ impl State {
 
     fn resource(&self, rt: &ResourceType) -> Result<&ResourceStore, ApiError> {
         self.resources
-            .get(&rt.group_resource())
+            .get(&rt.storage_key())
             .ok_or_else(ApiError::no_such_resource)
     }
 

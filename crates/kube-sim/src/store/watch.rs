@@ -173,7 +173,7 @@ impl Store {
             namespace: namespace.filter(|_| rt.namespaced).map(str::to_string),
             filter: opts.filter.clone(),
         };
-        let gr = rt.group_resource();
+        let gr = rt.storage_key();
         let wants_initial = opts.send_initial_events || requested.is_empty() || requested == "0";
         let requested_rv = if wants_initial {
             0

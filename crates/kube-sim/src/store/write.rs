@@ -15,7 +15,7 @@ use crate::error::{ApiError, Cause};
 use crate::field_validation::{self, FieldValidation, Warnings};
 use crate::object::{StoredObject, finalizers, meta_str, metadata_mut, now_rfc3339};
 use crate::patch::{self, PatchKind};
-use crate::resources::{ResourceType, StatusOnCreate};
+use crate::resources::{ResourceType, StatusOnCreate, StoredAs};
 use crate::validate;
 
 /// Which part of an object a write addresses.
@@ -544,6 +544,13 @@ impl State {
             .cloned()
     }
 
+    /// The stored kind behind a view (events.k8s.io/v1 Events), if `rt` is one.
+    pub(super) fn stored_type(&self, rt: &ResourceType) -> Option<(Arc<ResourceType>, StoredAs)> {
+        let stored = rt.stored_as?;
+        let storage = self.registry.get(&rt.storage_key())?.clone();
+        Some((storage, stored))
+    }
+
     pub(super) fn create(
         &mut self,
         rt: &ResourceType,
@@ -554,6 +561,27 @@ impl State {
         ownership: Ownership,
     ) -> Result<Arc<StoredObject>, ApiError> {
         check_type(rt, version, &mut value)?;
+        if let Some((storage, stored)) = self.stored_type(rt) {
+            let value = (stored.from_view)(value);
+            let causes = (stored.check_view_write)(&value, None);
+            if !causes.is_empty() {
+                let name = meta_str(&value, "name").unwrap_or_default();
+                return Err(ApiError::invalid(
+                    &storage.group,
+                    &storage.kind,
+                    name,
+                    causes,
+                ));
+            }
+            return self.create(
+                &storage,
+                stored.version,
+                namespace,
+                value,
+                params,
+                ownership,
+            );
+        }
         check_namespace(rt, namespace, &mut value)?;
         fold_string_data(rt, &mut value);
         let generated_prefix = {
@@ -692,7 +720,7 @@ impl State {
         let stored = Arc::new(
             StoredObject::from_value(rt, &value).map_err(|e| ApiError::internal(e.to_string()))?,
         );
-        self.record(&rt.group_resource(), change, stored.clone(), previous);
+        self.record(&rt.storage_key(), change, stored.clone(), previous);
         Ok(stored)
     }
 
@@ -722,6 +750,10 @@ impl State {
         }
         let current = self.existing(rt, namespace, name)?;
         let mut doc = Self::value_at(rt, version, &current);
+        // A view is patched in its own field names.
+        if let Some(stored) = &rt.stored_as {
+            doc = (stored.to_view)(doc);
+        }
         match kind {
             PatchKind::Merge => patch::apply_merge_patch(&mut doc, body)?,
             PatchKind::Json => patch::apply_json_patch(&mut doc, body)?,
@@ -767,6 +799,19 @@ impl State {
             ));
         }
         check_type(rt, version, &mut applied)?;
+        if let Some((storage, stored)) = self.stored_type(rt) {
+            let converted = serde_json::to_vec(&(stored.from_view)(applied))
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            return self.server_side_apply(
+                &storage,
+                stored.version,
+                namespace,
+                name,
+                &converted,
+                sub,
+                params,
+            );
+        }
         let body_name = meta_str(&applied, "name").unwrap_or_default().to_string();
         if !body_name.is_empty() && body_name != name {
             return Err(ApiError::bad_request(format!(
@@ -850,6 +895,29 @@ impl State {
         ownership: Ownership,
     ) -> Result<Arc<StoredObject>, ApiError> {
         check_type(rt, version, &mut value)?;
+        if let Some((storage, stored)) = self.stored_type(rt) {
+            let value = (stored.from_view)(value);
+            let old = self.existing(&storage, namespace, name)?.value();
+            let causes = (stored.check_view_write)(&value, Some(&old));
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(
+                    &storage.group,
+                    &storage.kind,
+                    name,
+                    causes,
+                ));
+            }
+            return self.update(
+                &storage,
+                stored.version,
+                namespace,
+                name,
+                value,
+                sub,
+                params,
+                ownership,
+            );
+        }
         check_namespace(rt, namespace, &mut value)?;
         fold_string_data(rt, &mut value);
         let body_name = meta_str(&value, "name").unwrap_or_default();

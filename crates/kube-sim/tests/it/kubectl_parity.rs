@@ -759,3 +759,61 @@ async fn a_typo_in_a_manifest_is_refused_by_default_and_only_warned_about_when_a
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("Warning"), "{stderr}");
 }
+
+/// Events a controller records through events.k8s.io/v1 (kube-runtime's
+/// recorder) are where kubectl users look: `kubectl get events`,
+/// `kubectl events --for` and `kubectl describe node`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_shows_events_recorded_through_events_v1() {
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let sim = sim().await;
+    let client = sim.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "gpu-node-7"}})).unwrap();
+    let node = nodes.create(&PostParams::default(), &node).await.unwrap();
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: node.metadata.name.clone(),
+        uid: node.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "gpuid".into(),
+            instance: None,
+        },
+    );
+    recorder
+        .publish(
+            &Event {
+                type_: EventType::Normal,
+                reason: "GpuInventoryChanged".into(),
+                note: Some("4 GPUs added".into()),
+                action: "Collect".into(),
+                secondary: None,
+            },
+            &reference,
+        )
+        .await
+        .unwrap();
+
+    let kubectl = Kubectl::new(&sim);
+    let listed = kubectl.ok(&["get", "events", "-A"]).await;
+    assert!(listed.contains("GpuInventoryChanged"), "{listed}");
+    assert!(listed.contains("4 GPUs added"), "{listed}");
+    let described = kubectl.ok(&["describe", "node", "gpu-node-7"]).await;
+    let events_section = described
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Events section:\n{described}"));
+    assert!(
+        events_section.contains("GpuInventoryChanged") && events_section.contains("4 GPUs added"),
+        "{described}"
+    );
+    let for_node = kubectl
+        .ok(&["events", "-A", "--for", "node/gpu-node-7"])
+        .await;
+    assert!(for_node.contains("GpuInventoryChanged"), "{for_node}");
+}

@@ -5,6 +5,7 @@ mod apply;
 mod crd;
 mod crud;
 mod differential_e2e;
+mod events;
 mod exec;
 mod faults;
 mod gc;
