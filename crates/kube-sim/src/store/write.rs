@@ -218,6 +218,27 @@ fn check_type(rt: &ResourceType, version: &str, value: &mut Value) -> Result<(),
         )));
     };
     let expected_version = rt.api_version(version);
+    // Custom resources are decoded as unstructured objects, which need
+    // their type meta; built-in kinds take it from the URL.
+    if rt.custom {
+        let has = |key: &str| {
+            obj.get(key)
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+        };
+        if !has("kind") {
+            return Err(ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {}): Object 'Kind' is missing in '{}'",
+                rt.kind,
+                Value::Object(obj.clone())
+            )));
+        }
+        if !has("apiVersion") {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data () does not match the expected API version ({expected_version})"
+            )));
+        }
+    }
     if let Some(given) = obj.get("apiVersion").and_then(Value::as_str)
         && given != expected_version
     {
