@@ -10,7 +10,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
-    if let Err(e) = logging::init(cli.log_format, &cli.log_level) {
+    if let Err(e) = logging::init(cli.log_format, cli.log_level) {
         eprintln!("gpufleet: {e:#}");
         return std::process::ExitCode::from(2);
     }

@@ -4,6 +4,7 @@ mod commands;
 mod deploy_manifests;
 mod gpuid_run;
 mod helm_e2e;
+mod logging;
 mod mokka_crds;
 mod mokka_render;
 mod sim_serve;
