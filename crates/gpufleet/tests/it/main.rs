@@ -3,6 +3,7 @@
 mod commands;
 mod deploy_manifests;
 mod gpuid_run;
+mod gpuid_switch;
 mod helm_e2e;
 mod logging;
 mod mokka_crds;

@@ -20,7 +20,7 @@ use super::ack::{ExportAcks, accepted};
 use super::exec::{ExecError, run_nvidia_smi};
 use super::metrics::{CollectorMetrics, NodeLabel, PodResult};
 use super::node_state::{
-    ExportReason, NodeUpdate, StoredState, export_patch, export_reason, node_patch,
+    ExportReason, NodeKeys, NodeUpdate, StoredState, export_patch, export_reason, node_patch,
 };
 use super::pod::collectable;
 use super::settings::CollectorSettings;
@@ -181,6 +181,8 @@ impl Memory {
 /// held only for map updates.
 pub struct Collector {
     settings: CollectorSettings,
+    /// Label prefix and the exporter whose state this collector keeps.
+    node_keys: NodeKeys,
     client: kube::Client,
     pods: Vec<CachedStore<Pod>>,
     sink: Arc<dyn RecordSink>,
@@ -202,6 +204,7 @@ impl Collector {
         acks: ExportAcks,
     ) -> Collector {
         Collector {
+            node_keys: NodeKeys::new(&settings.label_prefix, &settings.exporter),
             settings,
             events: EventSink::new(client.clone(), "gpuid", None),
             client,
@@ -277,8 +280,7 @@ impl Collector {
                 let Some(annotations) = node.metadata.annotations.as_ref() else {
                     continue;
                 };
-                let stored =
-                    StoredState::from_annotations(&self.settings.label_prefix, annotations);
+                let stored = StoredState::from_annotations(&self.node_keys, annotations);
                 if !stored.records.is_empty() {
                     found.push((
                         node.metadata.name.clone().unwrap_or_default(),
@@ -480,7 +482,7 @@ impl Collector {
 
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
-        let stored = StoredState::from_annotations(&self.settings.label_prefix, &annotations);
+        let stored = StoredState::from_annotations(&self.node_keys, &annotations);
         let hash = inventory_hash(&records);
         let reason = export_reason(&stored, hash, now, self.settings.heartbeat);
         let (events, released, change_note) = match reason {
@@ -509,10 +511,8 @@ impl Collector {
                 record_export: Some((hash, now)),
                 records,
             };
-            let patch = node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
-                .unwrap_or_else(|| {
-                    export_patch(&self.settings.label_prefix, hash, now, &update.records)
-                });
+            let patch = node_patch(&self.node_keys, &labels, &annotations, &update)
+                .unwrap_or_else(|| export_patch(&self.node_keys, hash, now, &update.records));
             let mut memory = self.memory.lock();
             if memory.holds_removals_of(node_name) {
                 // Recorded only once its held removals are exported too, so
@@ -533,9 +533,7 @@ impl Collector {
                 record_export: None,
                 records,
             };
-            if let Some(patch) =
-                node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
-            {
+            if let Some(patch) = node_patch(&self.node_keys, &labels, &annotations, &update) {
                 nodes
                     .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await

@@ -2,12 +2,23 @@
 //! (pure: no I/O, the clock is passed in).
 //!
 //! Durable state lives on the Node itself, so restarts, leader changes and
-//! device-plugin pod re-creations do not re-export unchanged inventories:
+//! device-plugin pod re-creations do not re-export unchanged inventories.
+//! It is kept per exporter destination (`<exporter>` is
+//! [`ExporterIdentity::key`], for example `postgres-3f1c9a0b7e`), because
+//! "exported" is only true for the destination that received it: a new
+//! destination finds no state and receives the full inventory once, and
+//! another destination's state stays for when it comes back.
 //!
-//! * `<prefix>/inventory-hash`: content hash of the last exported inventory;
-//! * `<prefix>/exported-at`: when it was last exported (RFC 3339);
-//! * `<prefix>/inventory`: the inventory itself as compact JSON (the
-//!   previous state a later diff starts from).
+//! * `<prefix>/<exporter>.inventory-hash`: content hash of the last
+//!   inventory exported there;
+//! * `<prefix>/<exporter>.exported-at`: when (RFC 3339);
+//! * `<prefix>/<exporter>.inventory`: the inventory itself as compact JSON
+//!   (the previous state a later diff starts from);
+//! * `<prefix>/<exporter>.destination`: the destination in words, without
+//!   credentials, so a person can tell whose state it is.
+//!
+//! The unscoped annotations of earlier releases (`<prefix>/inventory-hash`,
+//! `exported-at`, `inventory`) are removed by the first export record.
 //!
 //! Labels are few and stable, for selectors: GPU count, the chassis serial
 //! when the node's GPUs share one, and one serial label per GPU keyed by its
@@ -18,12 +29,45 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
+use crate::config::ExporterIdentity;
 use crate::inventory::{ContentHash, inventory_hash};
 use crate::record::GpuRecord;
 
 pub const HASH_ANNOTATION: &str = "inventory-hash";
 pub const EXPORTED_AT_ANNOTATION: &str = "exported-at";
 pub const INVENTORY_ANNOTATION: &str = "inventory";
+pub const DESTINATION_ANNOTATION: &str = "destination";
+
+/// The names gpuid writes on a Node: its label prefix and the exporter
+/// whose state it keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeKeys {
+    pub prefix: String,
+    /// [`ExporterIdentity::key`] of the configured exporter.
+    pub exporter_key: String,
+    /// [`ExporterIdentity::destination`].
+    pub destination: String,
+}
+
+impl NodeKeys {
+    pub fn new(prefix: &str, exporter: &ExporterIdentity) -> NodeKeys {
+        NodeKeys {
+            prefix: prefix.to_owned(),
+            exporter_key: exporter.key(),
+            destination: exporter.destination.clone(),
+        }
+    }
+
+    /// `<prefix>/<exporter>.<name>`: one of this exporter's state annotations.
+    pub fn state_annotation(&self, name: &str) -> String {
+        format!("{}/{}.{name}", self.prefix, self.exporter_key)
+    }
+
+    /// The unscoped state annotation of releases before per-exporter state.
+    fn legacy_annotation(&self, name: &str) -> String {
+        format!("{}/{name}", self.prefix)
+    }
+}
 
 /// Kubernetes' limit for a label value and for the name part of a key.
 const LABEL_MAX: usize = 63;
@@ -39,8 +83,12 @@ pub struct StoredState {
 }
 
 impl StoredState {
-    pub fn from_annotations(prefix: &str, annotations: &BTreeMap<String, String>) -> StoredState {
-        let get = |name: &str| annotations.get(&format!("{prefix}/{name}"));
+    /// The state of `keys`' exporter; another exporter's state is ignored.
+    pub fn from_annotations(
+        keys: &NodeKeys,
+        annotations: &BTreeMap<String, String>,
+    ) -> StoredState {
+        let get = |name: &str| annotations.get(&keys.state_annotation(name));
         StoredState {
             hash: get(HASH_ANNOTATION).cloned(),
             exported_at: get(EXPORTED_AT_ANNOTATION).and_then(|raw| raw.parse().ok()),
@@ -163,12 +211,12 @@ pub struct NodeUpdate {
 /// [`desired_labels`] (removing stale ones with `null`) and, when asked,
 /// records the export. `None` when the Node already matches.
 pub fn node_patch(
-    prefix: &str,
+    keys: &NodeKeys,
     current_labels: &BTreeMap<String, String>,
     current_annotations: &BTreeMap<String, String>,
     update: &NodeUpdate,
 ) -> Option<Value> {
-    let owned = format!("{prefix}/");
+    let owned = format!("{}/", keys.prefix);
     let desired: BTreeMap<String, String> = desired_labels(&update.records)
         .into_iter()
         .map(|(name, value)| (format!("{owned}{name}"), value))
@@ -186,15 +234,19 @@ pub fn node_patch(
     }
     let mut annotations = Map::new();
     if let Some((hash, at)) = update.record_export {
-        let wanted = [
-            (HASH_ANNOTATION, hash.to_string()),
-            (EXPORTED_AT_ANNOTATION, at.to_string()),
-            (INVENTORY_ANNOTATION, inventory_json(&update.records)),
-        ];
-        for (name, value) in wanted {
-            let key = format!("{owned}{name}");
+        for (key, value) in export_annotations(keys, hash, at, &update.records) {
             if current_annotations.get(&key) != Some(&value) {
                 annotations.insert(key, Value::String(value));
+            }
+        }
+        for name in [
+            HASH_ANNOTATION,
+            EXPORTED_AT_ANNOTATION,
+            INVENTORY_ANNOTATION,
+        ] {
+            let legacy = keys.legacy_annotation(name);
+            if current_annotations.contains_key(&legacy) {
+                annotations.insert(legacy, Value::Null);
             }
         }
     }
@@ -211,18 +263,42 @@ pub fn node_patch(
     Some(json!({ "metadata": metadata }))
 }
 
-/// The merge patch recording an export: hash, time and inventory.
+/// The state annotations recording an export to `keys`' exporter.
+fn export_annotations(
+    keys: &NodeKeys,
+    hash: ContentHash,
+    at: Timestamp,
+    records: &[GpuRecord],
+) -> [(String, String); 4] {
+    [
+        (keys.state_annotation(HASH_ANNOTATION), hash.to_string()),
+        (
+            keys.state_annotation(EXPORTED_AT_ANNOTATION),
+            at.to_string(),
+        ),
+        (
+            keys.state_annotation(INVENTORY_ANNOTATION),
+            inventory_json(records),
+        ),
+        (
+            keys.state_annotation(DESTINATION_ANNOTATION),
+            keys.destination.clone(),
+        ),
+    ]
+}
+
+/// The merge patch recording an export: hash, time, inventory and destination.
 pub fn export_patch(
-    prefix: &str,
+    keys: &NodeKeys,
     hash: ContentHash,
     at: Timestamp,
     records: &[GpuRecord],
 ) -> Value {
-    json!({ "metadata": { "annotations": {
-        format!("{prefix}/{HASH_ANNOTATION}"): hash.to_string(),
-        format!("{prefix}/{EXPORTED_AT_ANNOTATION}"): at.to_string(),
-        format!("{prefix}/{INVENTORY_ANNOTATION}"): inventory_json(records),
-    }}})
+    let annotations: Map<String, Value> = export_annotations(keys, hash, at, records)
+        .into_iter()
+        .map(|(key, value)| (key, Value::String(value)))
+        .collect();
+    json!({ "metadata": { "annotations": annotations } })
 }
 
 /// The hash the annotation stores for `records`.
@@ -237,6 +313,13 @@ mod tests {
     use crate::smi::parse;
 
     const PREFIX: &str = "gpuid.gpufleet.dev";
+
+    fn keys() -> NodeKeys {
+        NodeKeys::new(
+            PREFIX,
+            &ExporterIdentity::of(&crate::config::ExporterConfig::Stdout),
+        )
+    }
 
     fn records(capture: &str) -> Vec<GpuRecord> {
         let path = format!("{}/tests/fixtures/{capture}", env!("CARGO_MANIFEST_DIR"));
@@ -292,12 +375,12 @@ mod tests {
             record_export: Some((hash, at)),
             records: gb200.clone(),
         };
-        let patch = node_patch(PREFIX, &BTreeMap::new(), &BTreeMap::new(), &update).unwrap();
+        let patch = node_patch(&keys(), &BTreeMap::new(), &BTreeMap::new(), &update).unwrap();
         let labels: BTreeMap<String, String> =
             serde_json::from_value(patch["metadata"]["labels"].clone()).unwrap();
         let annotations: BTreeMap<String, String> =
             serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
-        let stored = StoredState::from_annotations(PREFIX, &annotations);
+        let stored = StoredState::from_annotations(&keys(), &annotations);
         assert_eq!(stored.hash, Some(hash.to_string()));
         assert_eq!(stored.exported_at, Some(at));
         assert_eq!(
@@ -306,7 +389,7 @@ mod tests {
             "the inventory round-trips"
         );
         assert_eq!(
-            node_patch(PREFIX, &labels, &annotations, &update),
+            node_patch(&keys(), &labels, &annotations, &update),
             None,
             "an up-to-date node needs no patch"
         );
@@ -317,7 +400,7 @@ mod tests {
         };
         let mut with_foreign = labels.clone();
         with_foreign.insert("team".into(), "ml".into());
-        let patch = node_patch(PREFIX, &with_foreign, &annotations, &gone).unwrap();
+        let patch = node_patch(&keys(), &with_foreign, &annotations, &gone).unwrap();
         let removed = patch["metadata"]["labels"].as_object().unwrap();
         assert_eq!(removed.len(), labels.len());
         assert!(removed.values().all(Value::is_null));
@@ -325,6 +408,96 @@ mod tests {
             !removed.contains_key("team"),
             "labels of others are left alone"
         );
+    }
+
+    #[test]
+    fn another_exporters_state_is_not_mistaken_for_this_ones_and_is_kept() {
+        let h100 = records("hardware/h100.xml");
+        let hash = stored_hash(&h100);
+        let at: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let update = NodeUpdate {
+            record_export: Some((hash, at)),
+            records: h100.clone(),
+        };
+        let stdout = keys();
+        let patch = node_patch(&stdout, &BTreeMap::new(), &BTreeMap::new(), &update).unwrap();
+        let mut annotations: BTreeMap<String, String> =
+            serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
+        assert_eq!(
+            annotations
+                .get(&stdout.state_annotation(DESTINATION_ANNOTATION))
+                .map(String::as_str),
+            Some("stdout")
+        );
+        let postgres = NodeKeys::new(
+            PREFIX,
+            &ExporterIdentity::of(&crate::config::ExporterConfig::Postgres(
+                crate::config::PostgresExporterConfig {
+                    connection: crate::config::PostgresConnection::Dsn(crate::config::Secret::new(
+                        "postgres://u:p@db/inv",
+                    )),
+                    table: crate::config::PostgresTable {
+                        schema: None,
+                        name: "gpu".into(),
+                    },
+                    auto_migrate: true,
+                },
+            )),
+        );
+        let fresh = StoredState::from_annotations(&postgres, &annotations);
+        assert_eq!(
+            fresh,
+            StoredState::default(),
+            "a new destination starts from nothing"
+        );
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(export_reason(&fresh, hash, at, day), ExportReason::Changed);
+
+        let patch = node_patch(&postgres, &BTreeMap::new(), &annotations, &update).unwrap();
+        let written = patch["metadata"]["annotations"].as_object().unwrap();
+        assert!(
+            written
+                .keys()
+                .all(|key| key.starts_with(&format!("{PREFIX}/postgres-"))),
+            "only the postgres state is written: {written:?}"
+        );
+        for (key, value) in written {
+            annotations.insert(key.clone(), value.as_str().unwrap().to_owned());
+        }
+        assert_eq!(
+            StoredState::from_annotations(&stdout, &annotations).hash,
+            Some(hash.to_string())
+        );
+        assert_eq!(
+            StoredState::from_annotations(&postgres, &annotations).hash,
+            Some(hash.to_string())
+        );
+    }
+
+    #[test]
+    fn the_unscoped_state_of_earlier_releases_is_removed_by_the_first_export_record() {
+        let h100 = records("hardware/h100.xml");
+        let legacy: BTreeMap<String, String> = [
+            (format!("{PREFIX}/inventory-hash"), "old".to_owned()),
+            (
+                format!("{PREFIX}/exported-at"),
+                "2025-01-01T00:00:00Z".to_owned(),
+            ),
+            (format!("{PREFIX}/inventory"), "[]".to_owned()),
+        ]
+        .into();
+        assert_eq!(
+            StoredState::from_annotations(&keys(), &legacy),
+            StoredState::default()
+        );
+        let update = NodeUpdate {
+            record_export: Some((stored_hash(&h100), Timestamp::UNIX_EPOCH)),
+            records: h100,
+        };
+        let patch = node_patch(&keys(), &BTreeMap::new(), &legacy, &update).unwrap();
+        for key in legacy.keys() {
+            assert_eq!(patch["metadata"]["annotations"][key], Value::Null, "{key}");
+        }
     }
 
     #[test]

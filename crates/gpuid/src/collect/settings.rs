@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::values::{format_go_duration, parse_go_duration};
-use crate::config::{Config, Knob, KnobGroup};
+use crate::config::{Config, ExporterConfig, ExporterIdentity, Knob, KnobGroup};
 
 /// Re-export period of an unchanged inventory.
 pub const HEARTBEAT_INTERVAL: Knob = Knob {
@@ -56,6 +56,9 @@ pub struct CollectorSettings {
     pub label_prefix: String,
     pub output_limit: usize,
     pub collector_version: String,
+    /// The exporter's destination: the Node state of what was exported is
+    /// kept per destination.
+    pub exporter: ExporterIdentity,
 }
 
 /// A problem with one of the collector's own knobs.
@@ -82,6 +85,7 @@ impl CollectorSettings {
             label_prefix: DEFAULT_LABEL_PREFIX.to_owned(),
             output_limit: DEFAULT_OUTPUT_LIMIT,
             collector_version: env!("CARGO_PKG_VERSION").to_owned(),
+            exporter: ExporterIdentity::of(&config.exporter),
         }
     }
 
@@ -137,6 +141,7 @@ pub fn check_collector_knobs(
         label_prefix: DEFAULT_LABEL_PREFIX.to_owned(),
         output_limit: DEFAULT_OUTPUT_LIMIT,
         collector_version: String::new(),
+        exporter: ExporterIdentity::of(&ExporterConfig::Stdout),
     };
     base.with_knobs(flags, env).err().unwrap_or_default()
 }
@@ -196,6 +201,7 @@ mod tests {
             label_prefix: DEFAULT_LABEL_PREFIX.into(),
             output_limit: DEFAULT_OUTPUT_LIMIT,
             collector_version: "t".into(),
+            exporter: ExporterIdentity::of(&ExporterConfig::Stdout),
         }
     }
 

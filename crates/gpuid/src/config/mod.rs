@@ -12,6 +12,7 @@
 //! default (also upstream).
 
 mod exporters;
+mod identity;
 pub mod knobs;
 mod pipeline;
 mod secret;
@@ -29,6 +30,7 @@ pub use exporters::{
     MAX_POSTGRES_TABLE_NAME, PostgresConnection, PostgresExporterConfig, PostgresTable,
     PostgresUrlParts, S3ExporterConfig, S3Format, SslMode, split_postgres_url,
 };
+pub use identity::ExporterIdentity;
 pub use knobs::{KNOBS, Knob, KnobGroup};
 pub use pipeline::ExportPipelineSettings;
 pub use secret::Secret;

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use gpuid::collect::node_state::NodeKeys;
 use gpuid::collect::{CollectorRuntime, CollectorSettings, Election, RecordSink};
+use gpuid::config::{ExporterConfig, ExporterIdentity};
 use gpuid::export::{ExportPipeline, PipelineConfig, StdoutExporter};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -347,7 +349,7 @@ impl Fleet {
             .metadata
             .annotations
             .unwrap_or_default()
-            .get(&format!("{PREFIX}/{name}"))
+            .get(&state_keys().state_annotation(name))
             .cloned()
     }
 }
@@ -377,7 +379,13 @@ pub fn settings(workers: usize) -> CollectorSettings {
         label_prefix: PREFIX.into(),
         output_limit: 4 * 1024 * 1024,
         collector_version: "test".into(),
+        exporter: ExporterIdentity::of(&ExporterConfig::Stdout),
     }
+}
+
+/// The names of the state [`settings`] keeps on Nodes (the stdout exporter's).
+pub fn state_keys() -> NodeKeys {
+    NodeKeys::new(PREFIX, &ExporterIdentity::of(&ExporterConfig::Stdout))
 }
 
 /// An in-memory writer the stdout exporter writes NDJSON into.
