@@ -73,16 +73,10 @@ pub enum CrdSet {
 pub enum GpuidCommand {
     /// Print the GPU records an `nvidia-smi -q -x` capture yields, as NDJSON
     /// (for checking a node by hand).
-    Parse(ParseArgs),
+    Parse(crate::commands::gpuid::ParseArgs),
     /// Run the collector: watch device-plugin pods, exec nvidia-smi, label
     /// nodes and export changes, until SIGTERM. Every knob is a flag or env.
-    Run(crate::gpuid_run::RunArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct ParseArgs {
-    /// The capture file, or `-` for standard input.
-    pub file: PathBuf,
+    Run(crate::commands::gpuid::RunArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -2,7 +2,6 @@
 
 mod cli;
 mod commands;
-mod gpuid_run;
 mod logging;
 mod sim;
 
@@ -38,10 +37,10 @@ fn main() -> std::process::ExitCode {
             }
             cli::Command::Crds(args) => commands::print_crds(args.set),
             cli::Command::Gpuid(cli::GpuidCommand::Parse(args)) => {
-                commands::gpuid_parse(&args.file)
+                return Ok(commands::gpuid::parse(&args));
             }
             cli::Command::Gpuid(cli::GpuidCommand::Run(args)) => {
-                return Ok(gpuid_run::run(args).await);
+                return Ok(commands::gpuid::run(args).await);
             }
             cli::Command::Tfjob(args) => commands::tfjob::main(args).await,
             cli::Command::Mokka(cli::MokkaCommand::Render(args)) => {
