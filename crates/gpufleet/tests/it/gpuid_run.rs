@@ -251,10 +251,11 @@ async fn gpuid_run_exports_ndjson_serves_health_and_stops_on_sigterm() {
         });
         let value: Value = serde_json::from_str(&line)
             .unwrap_or_else(|error| panic!("stdout line is not JSON ({error}): {line}"));
-        if value.get("kind").is_some() {
-            events.push(value);
-        } else {
-            records.push(value);
+        assert_eq!(value["schemaVersion"], 1, "{line}");
+        match value["kind"].as_str() {
+            Some("gpu") => records.push(value),
+            Some(_) => events.push(value),
+            None => panic!("a stdout line without kind: {line}"),
         }
     }
     let mut got: Vec<String> = records

@@ -412,11 +412,11 @@ impl Buffer {
             .collect()
     }
 
-    /// Exported records (lines without `kind`).
+    /// Exported records (lines of `kind` `gpu`).
     pub fn records(&self) -> Vec<Value> {
         self.lines()
             .into_iter()
-            .filter(|line| line.get("kind").is_none())
+            .filter(|line| line["kind"] == "gpu")
             .collect()
     }
 
@@ -425,6 +425,7 @@ impl Buffer {
         let mut events: Vec<(String, String)> = self
             .lines()
             .into_iter()
+            .filter(|line| line["kind"] != "gpu")
             .filter_map(|line| {
                 Some((
                     line.get("kind")?.as_str()?.to_owned(),
