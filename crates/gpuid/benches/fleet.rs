@@ -270,6 +270,7 @@ async fn run(count: usize) {
         output_limit: 4 * 1024 * 1024,
         collector_version: "bench".into(),
         exporter: gpuid::config::ExporterIdentity::of(&gpuid::config::ExporterConfig::Stdout),
+        upstream_labels: true,
     };
     let collector = CollectorRuntime::new(
         sim.http_client().expect("http client"),

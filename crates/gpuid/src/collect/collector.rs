@@ -204,7 +204,8 @@ impl Collector {
         acks: ExportAcks,
     ) -> Collector {
         Collector {
-            node_keys: NodeKeys::new(&settings.label_prefix, &settings.exporter),
+            node_keys: NodeKeys::new(&settings.label_prefix, &settings.exporter)
+                .with_upstream_labels(settings.upstream_labels),
             settings,
             events: EventSink::new(client.clone(), "gpuid", None),
             client,

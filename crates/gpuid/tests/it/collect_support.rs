@@ -380,6 +380,7 @@ pub fn settings(workers: usize) -> CollectorSettings {
         output_limit: 4 * 1024 * 1024,
         collector_version: "test".into(),
         exporter: ExporterIdentity::of(&ExporterConfig::Stdout),
+        upstream_labels: true,
     }
 }
 
