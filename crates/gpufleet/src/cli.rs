@@ -127,4 +127,10 @@ pub struct ServeArgs {
     /// Watch events kept per resource before old resourceVersions expire (410).
     #[arg(long, default_value_t = 10_000)]
     pub watch_history: usize,
+    /// A YAML list of exec answers ({podSelector, container, command,
+    /// stdoutFile, stderr, exitCode}), first match wins, paths relative to
+    /// the file; re-read on SIGHUP. Without it every exec is "command not
+    /// found".
+    #[arg(long, value_name = "FILE")]
+    pub exec_rules: Option<PathBuf>,
 }

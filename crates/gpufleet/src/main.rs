@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod exec_rules;
 mod logging;
 mod sim;
 
