@@ -75,6 +75,8 @@ pub struct Fleet {
     pub collector_client: kube::Client,
     /// The real lane's exec directory (captures, hang markers, call logs).
     exec_dir: Option<std::path::PathBuf>,
+    /// The real lane's cluster-admin kubeconfig, for kubectl.
+    pub admin_kubeconfig: Option<std::path::PathBuf>,
     pub answers: Arc<Mutex<HashMap<String, Answer>>>,
     pub execs: Arc<AtomicUsize>,
     /// Execs per node name.
@@ -117,6 +119,7 @@ impl Fleet {
             client,
             collector_client,
             exec_dir: Some(exec_dir),
+            admin_kubeconfig: Some(cluster.admin_kubeconfig.clone()),
             answers: Arc::default(),
             execs: Arc::default(),
             execs_by_node: Arc::default(),
@@ -222,6 +225,7 @@ impl Fleet {
             collector_client: client.clone(),
             client,
             exec_dir: None,
+            admin_kubeconfig: None,
             answers,
             execs,
             execs_by_node,
