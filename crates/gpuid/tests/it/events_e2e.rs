@@ -18,6 +18,9 @@ use serde_json::Value;
 use super::collect_support::*;
 
 const NODE: &str = "gpu-events";
+/// A node whose nvidia-smi fails (no answer on either lane).
+const BROKEN_NODE: &str = "gpu-events-broken";
+const BROKEN_POD: &str = "plugin-events-broken";
 
 fn kubectl() -> PathBuf {
     if let Ok(path) = std::env::var("KUBECTL") {
@@ -56,7 +59,18 @@ async fn the_inventory_event_of_a_node_is_where_kubectl_looks_for_it() {
     fleet.add_node(NODE).await;
     fleet.answer(NODE, Answer::Xml(capture("hardware/h100.xml", NODE)));
     fleet.add_plugin_pod("plugin-events", NODE).await;
+    fleet.add_node(BROKEN_NODE).await;
+    fleet.add_plugin_pod(BROKEN_POD, BROKEN_NODE).await;
     let node_uid = fleet.node(NODE).await.metadata.uid.expect("a node uid");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(fleet.client.clone(), NAMESPACE);
+    let pod_uid = pods
+        .get(BROKEN_POD)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .expect("a pod uid");
     let _replica = Replica::start(&fleet, settings(2), Election::Disabled).await;
 
     let events: Api<Event> = Api::namespaced(fleet.client.clone(), "default");
@@ -89,6 +103,26 @@ async fn the_inventory_event_of_a_node_is_where_kubectl_looks_for_it() {
     assert_eq!(event.reporting_controller.as_deref(), Some("gpuid"));
     let note = event.note.clone().unwrap_or_default();
     assert!(note.contains("8 added"), "{note}");
+
+    // The failing pod's Warning, in its own namespace.
+    let pod_events: Api<Event> = Api::namespaced(fleet.client.clone(), NAMESPACE);
+    let warning = eventually("the broken pod's NvidiaSmiFailed event", || async {
+        pod_events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|event| {
+                event.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(pod_uid.as_str())
+            })
+    })
+    .await;
+    let regarding = warning.regarding.clone().unwrap_or_default();
+    assert_eq!(regarding.kind.as_deref(), Some("Pod"));
+    assert_eq!(regarding.namespace.as_deref(), Some(NAMESPACE));
+    assert_eq!(warning.reason.as_deref(), Some("NvidiaSmiFailed"));
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
 
     let Some(kubeconfig) = fleet.admin_kubeconfig.clone() else {
         // kube-sim keeps core/v1 and events.k8s.io/v1 Events apart for
@@ -143,4 +177,20 @@ async fn the_inventory_event_of_a_node_is_where_kubectl_looks_for_it() {
     assert!(line.contains("Normal"), "{line}");
     assert!(line.contains("gpuid"), "{line}");
     assert!(line.contains("8 added"), "{line}");
+
+    // kubectl describe pod: the Warning on the failing device-plugin pod.
+    let described = kubectl_ok(
+        &kubeconfig,
+        &["describe", "pod", "-n", NAMESPACE, BROKEN_POD],
+    );
+    let section = described
+        .split_once("\nEvents:")
+        .map(|(_, events)| events.to_owned())
+        .unwrap_or_default();
+    assert!(
+        section.lines().any(|line| line.contains("Warning")
+            && line.contains("NvidiaSmiFailed")
+            && line.contains("gpuid")),
+        "kubectl describe pod shows no NvidiaSmiFailed warning from gpuid:\n{described}"
+    );
 }
