@@ -631,20 +631,8 @@ fn postgres_port_table_and_sslmode_are_validated() {
 }
 
 fn postgres_table(value: &str) -> Result<PostgresTable, String> {
-    match load(&[
-        CLUSTER,
-        ("EXPORTER_TYPE", "postgres"),
-        ("POSTGRES_HOST", "db"),
-        ("POSTGRES_DB", "inv"),
-        ("POSTGRES_USER", "gpuid"),
-        ("POSTGRES_PASSWORD", "pw"),
-        ("POSTGRES_TABLE", value),
-    ]) {
-        Ok(Config {
-            exporter: ExporterConfig::Postgres(pg),
-            ..
-        }) => Ok(pg.table),
-        Ok(other) => panic!("not the postgres exporter: {other:?}"),
+    match load(&postgres_params(&[("POSTGRES_TABLE", value)])) {
+        Ok(config) => Ok(postgres_of(config).table),
         Err(_) => Err(single(load(&[CLUSTER, ("POSTGRES_TABLE", value)]))),
     }
 }
@@ -851,7 +839,7 @@ mod properties {
 
 const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
-fn postgres_params(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+fn postgres_params<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut pairs = vec![
         CLUSTER,
         ("EXPORTER_TYPE", "postgres"),

@@ -53,6 +53,22 @@ fn kubectl_ok(kubeconfig: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The gpuid Event in `namespace` regarding the object with `uid`, once
+/// there is one.
+async fn event_regarding(fleet: &Fleet, namespace: &str, uid: &str, what: &str) -> Event {
+    let events: Api<Event> = Api::namespaced(fleet.client.clone(), namespace);
+    eventually(what, || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|event| event.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inventory_event_of_a_node_is_where_kubectl_looks_for_it() {
     let fleet = Fleet::start().await;
@@ -73,18 +89,12 @@ async fn the_inventory_event_of_a_node_is_where_kubectl_looks_for_it() {
         .expect("a pod uid");
     let _replica = Replica::start(&fleet, settings(2), Election::Disabled).await;
 
-    let events: Api<Event> = Api::namespaced(fleet.client.clone(), "default");
-    let event = eventually("the node's GpuInventoryChanged event", || async {
-        events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|event| {
-                event.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(node_uid.as_str())
-            })
-    })
+    let event = event_regarding(
+        &fleet,
+        "default",
+        &node_uid,
+        "the node's GpuInventoryChanged event",
+    )
     .await;
     let regarding = event.regarding.clone().unwrap_or_default();
     assert_eq!(regarding.kind.as_deref(), Some("Node"));
@@ -105,18 +115,12 @@ async fn the_inventory_event_of_a_node_is_where_kubectl_looks_for_it() {
     assert!(note.contains("8 added"), "{note}");
 
     // The failing pod's Warning, in its own namespace.
-    let pod_events: Api<Event> = Api::namespaced(fleet.client.clone(), NAMESPACE);
-    let warning = eventually("the broken pod's NvidiaSmiFailed event", || async {
-        pod_events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|event| {
-                event.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(pod_uid.as_str())
-            })
-    })
+    let warning = event_regarding(
+        &fleet,
+        NAMESPACE,
+        &pod_uid,
+        "the broken pod's NvidiaSmiFailed event",
+    )
     .await;
     let regarding = warning.regarding.clone().unwrap_or_default();
     assert_eq!(regarding.kind.as_deref(), Some("Pod"));
