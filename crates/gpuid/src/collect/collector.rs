@@ -85,6 +85,12 @@ impl CollectError {
         match self {
             CollectError::Exec(ExecError::OutputTooLarge { .. }) => Some("NvidiaSmiOutputTooLarge"),
             CollectError::Exec(_) => Some("NvidiaSmiFailed"),
+            // nvidia-smi printed its own failure text instead of XML (it
+            // may exit 0 doing so): a failed nvidia-smi, not bad output.
+            CollectError::Parse {
+                source: ParseError::SmiFailure { .. },
+                ..
+            } => Some("NvidiaSmiFailed"),
             CollectError::Parse { .. } | CollectError::Record { .. } => {
                 Some("NvidiaSmiOutputMalformed")
             }
@@ -711,5 +717,33 @@ pub fn node_identity(node: &Node) -> NodeIdentity {
             .as_ref()
             .and_then(|status| status.node_info.as_ref())
             .map(|info| info.system_uuid.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_smis_own_failure_text_is_a_failed_nvidia_smi_event_with_the_text() {
+        let source =
+            crate::smi::parse(b"Failed to initialize NVML: Driver/library version mismatch\n")
+                .unwrap_err();
+        let error = CollectError::Parse {
+            pod: "gpu-operator/plugin".into(),
+            source,
+        };
+        assert_eq!(error.event_reason(), Some("NvidiaSmiFailed"));
+        assert!(
+            error.to_string().contains(
+                "nvidia-smi reported: Failed to initialize NVML: Driver/library version mismatch"
+            ),
+            "{error}"
+        );
+        let malformed = CollectError::Parse {
+            pod: "gpu-operator/plugin".into(),
+            source: crate::smi::parse(b"<nvidia_smi_log><gpu>").unwrap_err(),
+        };
+        assert_eq!(malformed.event_reason(), Some("NvidiaSmiOutputMalformed"));
     }
 }
