@@ -15,15 +15,77 @@ pub enum LogFormat {
     Json,
 }
 
+/// A log level as users write it: `error`, `warn` (or `warning`, which
+/// upstream gpuid accepts), `info`, `debug` or `trace`, case-insensitive and
+/// trimmed. The one parser for `--log-level` and `LOG_LEVEL` everywhere, so
+/// no spelling is accepted by one reader and misread by another (a bare
+/// `warning` handed to `EnvFilter` is a *target* name and silences every
+/// other line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Only errors.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// The default.
+    Info,
+    /// Per-object detail.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// What [`LogLevel::parse`] accepts, for help texts and error messages.
+    pub const ACCEPTED: &'static str = "error, warn (or warning), info, debug or trace";
+
+    /// `None` for anything that is not one of [`LogLevel::ACCEPTED`].
+    pub fn parse(raw: &str) -> Option<LogLevel> {
+        Some(match raw.trim().to_ascii_lowercase().as_str() {
+            "error" => LogLevel::Error,
+            "warn" | "warning" => LogLevel::Warn,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            "trace" => LogLevel::Trace,
+            _ => return None,
+        })
+    }
+
+    /// The canonical name, which is also a valid `EnvFilter` directive.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+impl std::fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for LogLevel {
+    type Err = String;
+    fn from_str(raw: &str) -> Result<LogLevel, String> {
+        LogLevel::parse(raw)
+            .ok_or_else(|| format!("unknown log level {raw:?} (use {})", LogLevel::ACCEPTED))
+    }
+}
+
 /// The logging flags every gpufleet subcommand shares; flatten into a clap parser.
 #[derive(Clone, Debug, clap::Args)]
 pub struct LogArgs {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "LOG_FORMAT")]
     pub log_format: LogFormat,
-    /// Default log level (error, warn, info, debug, trace); RUST_LOG directives refine it.
+    /// Default log level: error, warn (or warning), info, debug or trace; RUST_LOG directives refine it.
     #[arg(long, default_value = "info", env = "LOG_LEVEL")]
-    pub log_level: String,
+    pub log_level: LogLevel,
 }
 
 /// Logging could not be set up.
@@ -43,7 +105,7 @@ pub enum TelemetryError {
 }
 
 /// The filter built from `--log-level` and, when set, `RUST_LOG` (whose directives win).
-pub fn log_filter(level: &str, rust_log: Option<&str>) -> Result<EnvFilter, TelemetryError> {
+pub fn log_filter(level: LogLevel, rust_log: Option<&str>) -> Result<EnvFilter, TelemetryError> {
     let filter = match rust_log
         .map(str::trim)
         .filter(|directives| !directives.is_empty())
@@ -56,11 +118,15 @@ pub fn log_filter(level: &str, rust_log: Option<&str>) -> Result<EnvFilter, Tele
 }
 
 /// Installs the global subscriber: `format` lines on stderr, filtered by level and RUST_LOG.
-pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError> {
+pub fn init_logging(format: LogFormat, level: LogLevel) -> Result<(), TelemetryError> {
     let rust_log = std::env::var("RUST_LOG").ok();
     let filter = log_filter(level, rust_log.as_deref())?;
+    // Colour codes only for a person at a terminal: in a file, a pipe or a
+    // log collector they are noise around every level and field name.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let installed = match format {
         LogFormat::Text => builder.try_init(),
@@ -75,7 +141,7 @@ pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError
 
 /// Installs logging from parsed [`LogArgs`].
 pub fn init_logging_from_args(args: &LogArgs) -> Result<(), TelemetryError> {
-    init_logging(args.log_format, &args.log_level)
+    init_logging(args.log_format, args.log_level)
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM; returns once it is cancelled either way.
@@ -115,18 +181,31 @@ mod tests {
 
     #[test]
     fn rust_log_refines_the_level_flag() {
-        let filter = log_filter("info", Some("controller_kit=debug")).unwrap();
+        let filter = log_filter(LogLevel::Info, Some("controller_kit=debug")).unwrap();
         assert_eq!(filter.to_string(), "controller_kit=debug,info");
-        let plain = log_filter("warn", None).unwrap();
+        let plain = log_filter(LogLevel::Warn, None).unwrap();
         assert_eq!(plain.to_string(), "warn");
-        let blank = log_filter("warn", Some("  ")).unwrap();
+        let blank = log_filter(LogLevel::Warn, Some("  ")).unwrap();
         assert_eq!(blank.to_string(), "warn");
     }
 
     #[test]
-    fn an_invalid_level_names_the_filter() {
-        let error = log_filter("loud[", None).unwrap_err();
-        assert!(error.to_string().contains("\"loud[\""), "{error}");
+    fn an_invalid_rust_log_names_the_filter() {
+        let error = log_filter(LogLevel::Info, Some("loud[")).unwrap_err();
+        assert!(error.to_string().contains("loud["), "{error}");
+    }
+
+    #[test]
+    fn warning_is_warn_and_levels_ignore_case_and_blanks() {
+        assert_eq!(LogLevel::parse("warning"), Some(LogLevel::Warn));
+        assert_eq!(LogLevel::parse(" WARNING "), Some(LogLevel::Warn));
+        assert_eq!(LogLevel::parse("Debug"), Some(LogLevel::Debug));
+        assert_eq!(LogLevel::parse("trace"), Some(LogLevel::Trace));
+        for bad in ["", "loud", "warn,kube=debug", "5"] {
+            assert_eq!(LogLevel::parse(bad), None, "{bad:?}");
+        }
+        let error = "loud".parse::<LogLevel>().unwrap_err();
+        assert!(error.contains(LogLevel::ACCEPTED), "{error}");
     }
 
     #[test]
@@ -140,7 +219,10 @@ mod tests {
         let cli =
             Cli::try_parse_from(["x", "--log-format", "json", "--log-level", "debug"]).unwrap();
         assert_eq!(cli.log.log_format, LogFormat::Json);
-        assert_eq!(cli.log.log_level, "debug");
+        assert_eq!(cli.log.log_level, LogLevel::Debug);
+        let warning = Cli::try_parse_from(["x", "--log-level", "warning"]).unwrap();
+        assert_eq!(warning.log.log_level, LogLevel::Warn);
+        assert!(Cli::try_parse_from(["x", "--log-level", "loud"]).is_err());
         assert!(Cli::try_parse_from(["x", "--log-format", "yaml"]).is_err());
     }
 }

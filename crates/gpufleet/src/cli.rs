@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+pub use controller_kit::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -11,20 +12,23 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "GPU cluster control plane for Kubernetes"
 )]
 pub struct Cli {
-    /// Log line format on stderr.
+    /// Log line format on stderr. Text lines are coloured only when stderr
+    /// is a terminal.
     #[arg(long, global = true, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Log level or filter (RUST_LOG syntax); RUST_LOG wins when set.
-    #[arg(long, global = true, env = "LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
+    /// Log level: error, warn (or warning), info, debug or trace
+    /// (case-insensitive). For per-module filters set RUST_LOG, whose
+    /// directives refine this level.
+    #[arg(
+        long,
+        global = true,
+        env = "LOG_LEVEL",
+        default_value = "info",
+        value_name = "LEVEL"
+    )]
+    pub log_level: controller_kit::telemetry::LogLevel,
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -69,16 +73,10 @@ pub enum CrdSet {
 pub enum GpuidCommand {
     /// Print the GPU records an `nvidia-smi -q -x` capture yields, as NDJSON
     /// (for checking a node by hand).
-    Parse(ParseArgs),
+    Parse(crate::commands::gpuid::ParseArgs),
     /// Run the collector: watch device-plugin pods, exec nvidia-smi, label
     /// nodes and export changes, until SIGTERM. Every knob is a flag or env.
-    Run(crate::gpuid_run::RunArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct ParseArgs {
-    /// The capture file, or `-` for standard input.
-    pub file: PathBuf,
+    Run(crate::commands::gpuid::RunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -129,4 +127,10 @@ pub struct ServeArgs {
     /// Watch events kept per resource before old resourceVersions expire (410).
     #[arg(long, default_value_t = 10_000)]
     pub watch_history: usize,
+    /// A YAML list of exec answers ({podSelector, container, command,
+    /// stdoutFile, stderr, exitCode}), first match wins, paths relative to
+    /// the file; re-read on SIGHUP. Without it every exec is "command not
+    /// found".
+    #[arg(long, value_name = "FILE")]
+    pub exec_rules: Option<PathBuf>,
 }

@@ -1,11 +1,11 @@
-//! Small one-shot commands: printing CRDs, parsing a capture, rendering
-//! Mokka racks; the operator subcommands live in their own modules below.
+//! Small one-shot commands (printing CRDs); every other subcommand lives in
+//! its own module below.
 
+pub mod gpuid;
 pub mod mokka_render;
 pub mod tfjob;
 
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::Context;
 
@@ -23,21 +23,5 @@ pub fn print_crds(set: CrdSet) -> anyhow::Result<()> {
     };
     std::io::stdout()
         .write_all(yaml.as_bytes())
-        .context("writing to stdout")
-}
-
-/// `gpufleet gpuid parse FILE|-`: records as NDJSON on stdout.
-pub fn gpuid_parse(file: &Path) -> anyhow::Result<()> {
-    let ndjson = if file == Path::new("-") {
-        gpuid::smi::parse_to_ndjson(std::io::stdin().lock())
-            .context("parsing nvidia-smi XML from standard input")?
-    } else {
-        let reader =
-            std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
-        gpuid::smi::parse_to_ndjson(reader)
-            .with_context(|| format!("parsing nvidia-smi XML from {}", file.display()))?
-    };
-    std::io::stdout()
-        .write_all(ndjson.as_bytes())
         .context("writing to stdout")
 }

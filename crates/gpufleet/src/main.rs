@@ -2,7 +2,7 @@
 
 mod cli;
 mod commands;
-mod gpuid_run;
+mod exec_rules;
 mod logging;
 mod sim;
 
@@ -10,7 +10,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
-    if let Err(e) = logging::init(cli.log_format, &cli.log_level) {
+    if let Err(e) = logging::init(cli.log_format, cli.log_level) {
         eprintln!("gpufleet: {e:#}");
         return std::process::ExitCode::from(2);
     }
@@ -38,10 +38,10 @@ fn main() -> std::process::ExitCode {
             }
             cli::Command::Crds(args) => commands::print_crds(args.set),
             cli::Command::Gpuid(cli::GpuidCommand::Parse(args)) => {
-                commands::gpuid_parse(&args.file)
+                return Ok(commands::gpuid::parse(&args));
             }
             cli::Command::Gpuid(cli::GpuidCommand::Run(args)) => {
-                return Ok(gpuid_run::run(args).await);
+                return Ok(commands::gpuid::run(args).await);
             }
             cli::Command::Tfjob(args) => commands::tfjob::main(args).await,
             cli::Command::Mokka(cli::MokkaCommand::Render(args)) => {

@@ -269,6 +269,8 @@ async fn run(count: usize) {
         label_prefix: "gpuid.gpufleet.dev".into(),
         output_limit: 4 * 1024 * 1024,
         collector_version: "bench".into(),
+        exporter: gpuid::config::ExporterIdentity::of(&gpuid::config::ExporterConfig::Stdout),
+        upstream_labels: true,
     };
     let collector = CollectorRuntime::new(
         sim.http_client().expect("http client"),

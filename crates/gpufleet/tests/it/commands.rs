@@ -107,13 +107,130 @@ fn gpuid_parse_reads_stdin_and_rejects_garbage_with_a_message() {
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("parsing nvidia-smi XML from standard input"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("standard input: "), "{stderr}");
     let missing = gpufleet(&["gpuid", "parse", "/nonexistent/capture.xml"]);
     assert!(!missing.status.success());
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("opening /nonexistent/capture.xml"));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("cannot open /nonexistent/capture.xml")
+    );
+}
+
+/// `gpufleet gpuid parse -` with `input` on stdin.
+fn parse_stdin(args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(["gpuid", "parse"])
+        .args(args)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The H100 capture with its first `<module_id>` made unreadable and one
+/// `<gpu>` element cut out, so the parser has two warnings.
+fn h100_with_two_warnings() -> Vec<u8> {
+    let xml =
+        std::fs::read_to_string(workspace().join("crates/gpuid/tests/fixtures/hardware/h100.xml"))
+            .unwrap();
+    let module = xml.find("<module_id>").expect("a module_id");
+    let end = module + xml[module..].find("</module_id>").unwrap();
+    let xml = format!("{}<module_id>seven{}", &xml[..module], &xml[end..]);
+    let last_gpu = xml.rfind("<gpu id=").unwrap();
+    let after = last_gpu + xml[last_gpu..].find("</gpu>").unwrap() + "</gpu>".len();
+    format!("{}{}", &xml[..last_gpu], &xml[after..]).into_bytes()
+}
+
+#[test]
+fn gpuid_parse_prints_the_parsers_warnings_on_stderr_and_fails_with_strict() {
+    let input = h100_with_two_warnings();
+    let lenient = parse_stdin(&[], &input);
+    assert!(
+        lenient.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lenient.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&lenient.stdout).lines().count(), 7);
+    let stderr = String::from_utf8_lossy(&lenient.stderr).into_owned();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("<module_id> in GPU #0 is \"seven\"")),
+        "{stderr}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("<attached_gpus>") && w.contains("7 <gpu> elements")),
+        "{stderr}"
+    );
+
+    let strict = parse_stdin(&["--strict"], &input);
+    assert_eq!(
+        strict.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&strict.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&strict.stdout).lines().count(), 7);
+    let clean =
+        std::fs::read(workspace().join("crates/gpuid/tests/fixtures/hardware/h100.xml")).unwrap();
+    let strict_clean = parse_stdin(&["--strict"], &clean);
+    assert!(strict_clean.status.success());
+    assert!(
+        strict_clean.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&strict_clean.stderr)
+    );
+}
+
+#[test]
+fn gpuid_parse_prints_an_error_once_and_quotes_nvidia_smis_failure_text() {
+    let out = parse_stdin(
+        &[],
+        b"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        "gpufleet gpuid parse: standard input: nvidia-smi reported: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+        "exactly one line"
+    );
+}
+
+#[test]
+fn gpuid_parse_rejects_a_nul_byte_or_invalid_utf8_anywhere() {
+    let clean =
+        std::fs::read(workspace().join("crates/gpuid/tests/fixtures/hardware/h100.xml")).unwrap();
+    // Inside telemetry the parser skips, far from any field it keeps.
+    let skipped = clean
+        .windows(b"<fan_speed>".len())
+        .position(|w| w == b"<fan_speed>")
+        .expect("fan_speed")
+        + b"<fan_speed>".len();
+    for (byte, wanted) in [
+        (0u8, "control character (byte 0x00)"),
+        (0xff, "not valid UTF-8"),
+    ] {
+        let mut input = clean.clone();
+        input[skipped] = byte;
+        let out = parse_stdin(&[], &input);
+        assert_eq!(out.status.code(), Some(1), "byte {byte:#x}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(wanted), "{stderr}");
+        assert!(stderr.contains(&format!("at byte {skipped}")), "{stderr}");
+    }
 }
 
 #[test]

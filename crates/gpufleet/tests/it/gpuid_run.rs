@@ -25,10 +25,10 @@ use serde_json::{Value, json};
 
 use crate::support::line_reader;
 
-const CONTAINER: &str = "nvidia-device-plugin";
-const NODE: &str = "gpu-node-1";
+pub(crate) const CONTAINER: &str = "nvidia-device-plugin";
+pub(crate) const NODE: &str = "gpu-node-1";
 
-fn h100_capture() -> String {
+pub(crate) fn h100_capture() -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../gpuid/tests/fixtures/hardware/h100.xml"
@@ -37,20 +37,20 @@ fn h100_capture() -> String {
 }
 
 /// The UUIDs the capture holds, in document order.
-fn uuids(xml: &str) -> Vec<String> {
+pub(crate) fn uuids(xml: &str) -> Vec<String> {
     xml.split("<uuid>")
         .skip(1)
         .filter_map(|rest| rest.split_once("</uuid>").map(|(uuid, _)| uuid.to_owned()))
         .collect()
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port");
     listener.local_addr().expect("local address").port()
 }
 
 /// A plain HTTP/1.1 GET; `None` while nothing listens.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
@@ -67,7 +67,7 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-fn poll_http(port: u16, path: &str, want: u16, timeout: Duration) -> String {
+pub(crate) fn poll_http(port: u16, path: &str, want: u16, timeout: Duration) -> String {
     poll_http_until(
         port,
         path,
@@ -78,7 +78,7 @@ fn poll_http(port: u16, path: &str, want: u16, timeout: Duration) -> String {
 }
 
 /// GETs `path` until `accept(status, body)` holds; returns the body.
-fn poll_http_until(
+pub(crate) fn poll_http_until(
     port: u16,
     path: &str,
     timeout: Duration,
@@ -101,10 +101,10 @@ fn poll_http_until(
 
 /// `gpufleet gpuid run` against `kubeconfig` with only the given
 /// environment; killed on drop, and its stderr printed if the test failed.
-struct GpuidRun(Child);
+pub(crate) struct GpuidRun(Child);
 
 impl GpuidRun {
-    fn spawn(kubeconfig: &Path, server_port: u16, env: &[(&str, &str)]) -> GpuidRun {
+    pub(crate) fn spawn(kubeconfig: &Path, server_port: u16, env: &[(&str, &str)]) -> GpuidRun {
         let child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
             .args(["gpuid", "run"])
             .env_clear()
@@ -148,7 +148,7 @@ impl Drop for GpuidRun {
     }
 }
 
-fn terminate(child: &mut Child) -> std::process::ExitStatus {
+pub(crate) fn terminate(child: &mut Child) -> std::process::ExitStatus {
     let sent = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -167,7 +167,7 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
     }
 }
 
-async fn gpu_fleet(xml: String) -> KubeSim {
+pub(crate) async fn gpu_fleet(xml: String) -> KubeSim {
     let sim = KubeSim::builder()
         .exec_handler(
             ExecMatcher::any()
@@ -251,10 +251,11 @@ async fn gpuid_run_exports_ndjson_serves_health_and_stops_on_sigterm() {
         });
         let value: Value = serde_json::from_str(&line)
             .unwrap_or_else(|error| panic!("stdout line is not JSON ({error}): {line}"));
-        if value.get("kind").is_some() {
-            events.push(value);
-        } else {
-            records.push(value);
+        assert_eq!(value["schemaVersion"], 1, "{line}");
+        match value["kind"].as_str() {
+            Some("gpu") => records.push(value),
+            Some(_) => events.push(value),
+            None => panic!("a stdout line without kind: {line}"),
         }
     }
     let mut got: Vec<String> = records

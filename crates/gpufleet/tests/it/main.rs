@@ -2,10 +2,14 @@
 
 mod commands;
 mod deploy_manifests;
+mod gpuid_quickstart;
 mod gpuid_run;
+mod gpuid_switch;
 mod helm_e2e;
+mod logging;
 mod mokka_crds;
 mod mokka_render;
+mod sim_exec_rules;
 mod sim_serve;
 mod support;
 mod tfjob_run;

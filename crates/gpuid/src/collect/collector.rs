@@ -20,7 +20,7 @@ use super::ack::{ExportAcks, accepted};
 use super::exec::{ExecError, run_nvidia_smi};
 use super::metrics::{CollectorMetrics, NodeLabel, PodResult};
 use super::node_state::{
-    ExportReason, NodeUpdate, StoredState, export_patch, export_reason, node_patch,
+    ExportReason, NodeKeys, NodeUpdate, StoredState, export_patch, export_reason, node_patch,
 };
 use super::pod::collectable;
 use super::settings::CollectorSettings;
@@ -85,6 +85,12 @@ impl CollectError {
         match self {
             CollectError::Exec(ExecError::OutputTooLarge { .. }) => Some("NvidiaSmiOutputTooLarge"),
             CollectError::Exec(_) => Some("NvidiaSmiFailed"),
+            // nvidia-smi printed its own failure text instead of XML (it
+            // may exit 0 doing so): a failed nvidia-smi, not bad output.
+            CollectError::Parse {
+                source: ParseError::SmiFailure { .. },
+                ..
+            } => Some("NvidiaSmiFailed"),
             CollectError::Parse { .. } | CollectError::Record { .. } => {
                 Some("NvidiaSmiOutputMalformed")
             }
@@ -181,6 +187,8 @@ impl Memory {
 /// held only for map updates.
 pub struct Collector {
     settings: CollectorSettings,
+    /// Label prefix and the exporter whose state this collector keeps.
+    node_keys: NodeKeys,
     client: kube::Client,
     pods: Vec<CachedStore<Pod>>,
     sink: Arc<dyn RecordSink>,
@@ -202,6 +210,8 @@ impl Collector {
         acks: ExportAcks,
     ) -> Collector {
         Collector {
+            node_keys: NodeKeys::new(&settings.label_prefix, &settings.exporter)
+                .with_upstream_labels(settings.upstream_labels),
             settings,
             events: EventSink::new(client.clone(), "gpuid", None),
             client,
@@ -277,8 +287,7 @@ impl Collector {
                 let Some(annotations) = node.metadata.annotations.as_ref() else {
                     continue;
                 };
-                let stored =
-                    StoredState::from_annotations(&self.settings.label_prefix, annotations);
+                let stored = StoredState::from_annotations(&self.node_keys, annotations);
                 if !stored.records.is_empty() {
                     found.push((
                         node.metadata.name.clone().unwrap_or_default(),
@@ -480,7 +489,7 @@ impl Collector {
 
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
-        let stored = StoredState::from_annotations(&self.settings.label_prefix, &annotations);
+        let stored = StoredState::from_annotations(&self.node_keys, &annotations);
         let hash = inventory_hash(&records);
         let reason = export_reason(&stored, hash, now, self.settings.heartbeat);
         let (events, released, change_note) = match reason {
@@ -509,10 +518,8 @@ impl Collector {
                 record_export: Some((hash, now)),
                 records,
             };
-            let patch = node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
-                .unwrap_or_else(|| {
-                    export_patch(&self.settings.label_prefix, hash, now, &update.records)
-                });
+            let patch = node_patch(&self.node_keys, &labels, &annotations, &update)
+                .unwrap_or_else(|| export_patch(&self.node_keys, hash, now, &update.records));
             let mut memory = self.memory.lock();
             if memory.holds_removals_of(node_name) {
                 // Recorded only once its held removals are exported too, so
@@ -533,9 +540,7 @@ impl Collector {
                 record_export: None,
                 records,
             };
-            if let Some(patch) =
-                node_patch(&self.settings.label_prefix, &labels, &annotations, &update)
-            {
+            if let Some(patch) = node_patch(&self.node_keys, &labels, &annotations, &update) {
                 nodes
                     .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -712,5 +717,33 @@ pub fn node_identity(node: &Node) -> NodeIdentity {
             .as_ref()
             .and_then(|status| status.node_info.as_ref())
             .map(|info| info.system_uuid.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_smis_own_failure_text_is_a_failed_nvidia_smi_event_with_the_text() {
+        let source =
+            crate::smi::parse(b"Failed to initialize NVML: Driver/library version mismatch\n")
+                .unwrap_err();
+        let error = CollectError::Parse {
+            pod: "gpu-operator/plugin".into(),
+            source,
+        };
+        assert_eq!(error.event_reason(), Some("NvidiaSmiFailed"));
+        assert!(
+            error.to_string().contains(
+                "nvidia-smi reported: Failed to initialize NVML: Driver/library version mismatch"
+            ),
+            "{error}"
+        );
+        let malformed = CollectError::Parse {
+            pod: "gpu-operator/plugin".into(),
+            source: crate::smi::parse(b"<nvidia_smi_log><gpu>").unwrap_err(),
+        };
+        assert_eq!(malformed.event_reason(), Some("NvidiaSmiOutputMalformed"));
     }
 }

@@ -12,7 +12,8 @@
 //!
 //! * Collection and export are decoupled: records go to the pipeline's
 //!   queue, which retries on its own; an export failure never re-runs an exec.
-//! * State is durable on the Node (`<prefix>/inventory-hash`, `exported-at`,
+//! * State is durable on the Node, per exporter destination
+//!   (`<prefix>/<exporter>.inventory-hash`, `exported-at`,
 //!   `inventory`), so restarts and leader changes re-export nothing that is
 //!   unchanged; a heartbeat re-exports unchanged inventories.
 //! * Kubernetes Events for what an operator can act on: a failed,

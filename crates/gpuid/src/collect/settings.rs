@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::values::{format_go_duration, parse_go_duration};
-use crate::config::{Config, Knob, KnobGroup};
+use crate::config::values::{format_go_duration, parse_bool, parse_go_duration};
+use crate::config::{Config, ExporterConfig, ExporterIdentity, Knob, KnobGroup};
 
 /// Re-export period of an unchanged inventory.
 pub const HEARTBEAT_INTERVAL: Knob = Knob {
@@ -31,8 +31,18 @@ pub const NODE_LABEL_PREFIX: Knob = Knob {
     secret: false,
 };
 
+/// Upstream's `gpuid.github.com/` Node labels next to ours.
+pub const UPSTREAM_NODE_LABELS: Knob = Knob {
+    env: "UPSTREAM_NODE_LABELS",
+    flag: "upstream-node-labels",
+    default: Some("true"),
+    help: "Also write upstream gpuid's gpuid.github.com/ node labels (chassis, chassis-count, gpu-<j>, ...); false leaves those keys alone.",
+    group: KnobGroup::Core,
+    secret: false,
+};
+
 /// The collector's own knobs, in addition to `config::KNOBS`.
-pub const COLLECTOR_KNOBS: &[Knob] = &[HEARTBEAT_INTERVAL, NODE_LABEL_PREFIX];
+pub const COLLECTOR_KNOBS: &[Knob] = &[HEARTBEAT_INTERVAL, NODE_LABEL_PREFIX, UPSTREAM_NODE_LABELS];
 
 pub const DEFAULT_LABEL_PREFIX: &str = "gpuid.gpufleet.dev";
 
@@ -56,6 +66,11 @@ pub struct CollectorSettings {
     pub label_prefix: String,
     pub output_limit: usize,
     pub collector_version: String,
+    /// The exporter's destination: the Node state of what was exported is
+    /// kept per destination.
+    pub exporter: ExporterIdentity,
+    /// Write upstream's `gpuid.github.com/` labels too (`UPSTREAM_NODE_LABELS`).
+    pub upstream_labels: bool,
 }
 
 /// A problem with one of the collector's own knobs.
@@ -82,6 +97,8 @@ impl CollectorSettings {
             label_prefix: DEFAULT_LABEL_PREFIX.to_owned(),
             output_limit: DEFAULT_OUTPUT_LIMIT,
             collector_version: env!("CARGO_PKG_VERSION").to_owned(),
+            exporter: ExporterIdentity::of(&config.exporter),
+            upstream_labels: true,
         }
     }
 
@@ -103,6 +120,18 @@ impl CollectorSettings {
             match parse_heartbeat(&raw) {
                 Ok(heartbeat) => self.heartbeat = heartbeat,
                 Err(problem) => errors.push(SettingError { name, problem }),
+            }
+        }
+        if let Some((name, raw)) = lookup(&UPSTREAM_NODE_LABELS) {
+            match raw.trim() {
+                "" => {}
+                value => match parse_bool(value) {
+                    Some(enabled) => self.upstream_labels = enabled,
+                    None => errors.push(SettingError {
+                        name,
+                        problem: format!("invalid boolean {value:?} (use true or false)"),
+                    }),
+                },
             }
         }
         if let Some((name, raw)) = lookup(&NODE_LABEL_PREFIX) {
@@ -137,6 +166,8 @@ pub fn check_collector_knobs(
         label_prefix: DEFAULT_LABEL_PREFIX.to_owned(),
         output_limit: DEFAULT_OUTPUT_LIMIT,
         collector_version: String::new(),
+        exporter: ExporterIdentity::of(&ExporterConfig::Stdout),
+        upstream_labels: true,
     };
     base.with_knobs(flags, env).err().unwrap_or_default()
 }
@@ -196,6 +227,8 @@ mod tests {
             label_prefix: DEFAULT_LABEL_PREFIX.into(),
             output_limit: DEFAULT_OUTPUT_LIMIT,
             collector_version: "t".into(),
+            exporter: ExporterIdentity::of(&ExporterConfig::Stdout),
+            upstream_labels: true,
         }
     }
 
@@ -225,6 +258,28 @@ mod tests {
         let names: Vec<_> = errors.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["HEARTBEAT_INTERVAL", "--node-label-prefix"]);
         assert!(errors[0].problem.contains("must be >= 0"), "{errors:?}");
+    }
+
+    #[test]
+    fn upstream_labels_are_on_by_default_and_a_boolean_turns_them_off() {
+        assert!(
+            base()
+                .with_knobs(&BTreeMap::new(), |_| None)
+                .unwrap()
+                .upstream_labels
+        );
+        let off = base()
+            .with_knobs(&BTreeMap::new(), |name| {
+                (name == "UPSTREAM_NODE_LABELS").then(|| "false".to_owned())
+            })
+            .unwrap();
+        assert!(!off.upstream_labels);
+        let errors = base()
+            .with_knobs(&BTreeMap::new(), |name| {
+                (name == "UPSTREAM_NODE_LABELS").then(|| "sometimes".to_owned())
+            })
+            .unwrap_err();
+        assert_eq!(errors[0].name, "UPSTREAM_NODE_LABELS");
     }
 
     #[test]

@@ -359,19 +359,39 @@ impl PostgresTable {
     }
 }
 
+/// PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes.
+const MAX_IDENTIFIER: usize = 63;
+
+/// The longest name PostgreSQL derives from the table name; every derived
+/// table and index name must fit [`MAX_IDENTIFIER`] (longer ones would be
+/// silently truncated by the server and collide).
+pub const LONGEST_DERIVED_SUFFIX: &str = "_inventory_last_seen_idx";
+
+/// The longest `POSTGRES_TABLE` name part: 63 - 24 = 39 characters.
+pub const MAX_POSTGRES_TABLE_NAME: usize = MAX_IDENTIFIER - LONGEST_DERIVED_SUFFIX.len();
+
+/// The default table name (upstream's).
+pub const DEFAULT_POSTGRES_TABLE: &str = "gpu";
+
 fn is_sql_identifier(part: &str) -> bool {
     let mut bytes = part.bytes();
     bytes
         .next()
         .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && part.len() <= 63
 }
 
-fn parse_table(raw: &str) -> Result<PostgresTable, String> {
+/// The one `POSTGRES_TABLE` rule: `[schema.]name`, both SQL identifiers
+/// (`[A-Za-z_][A-Za-z0-9_]*`), the schema at most 63 characters and the
+/// name at most [`MAX_POSTGRES_TABLE_NAME`], so that `<name>_inventory`,
+/// `<name>_events` and their index names all fit.
+pub fn parse_table(raw: &str) -> Result<PostgresTable, String> {
     let raw = raw.trim();
     if raw.is_empty() {
-        return Err("postgres table name cannot be empty".to_owned());
+        return Ok(PostgresTable {
+            schema: None,
+            name: DEFAULT_POSTGRES_TABLE.to_owned(),
+        });
     }
     let (schema, name) = match raw.split_once('.') {
         Some((schema, name)) => (Some(schema), name),
@@ -380,7 +400,21 @@ fn parse_table(raw: &str) -> Result<PostgresTable, String> {
     let valid = is_sql_identifier(name) && schema.is_none_or(is_sql_identifier);
     if !valid {
         return Err(format!(
-            "postgres table name contains invalid characters: {raw} (use letters, digits and _, at most 63 each, optionally schema.table)"
+            "postgres table name contains invalid characters: {raw} (use letters, digits and _, optionally schema.table)"
+        ));
+    }
+    if name.len() > MAX_POSTGRES_TABLE_NAME {
+        return Err(format!(
+            "postgres table name {name:?} is {} characters long; at most {MAX_POSTGRES_TABLE_NAME} are allowed, because the derived names up to {name}{LONGEST_DERIVED_SUFFIX} must fit PostgreSQL's {MAX_IDENTIFIER}-character identifier limit",
+            name.len()
+        ));
+    }
+    if let Some(schema) = schema
+        && schema.len() > MAX_IDENTIFIER
+    {
+        return Err(format!(
+            "postgres schema name {schema:?} is {} characters long; PostgreSQL allows at most {MAX_IDENTIFIER}",
+            schema.len()
         ));
     }
     Ok(PostgresTable {
@@ -466,17 +500,19 @@ pub(super) fn postgres(parser: &mut Parser<'_>, selected: bool) -> PostgresExpor
         }),
         None => SslMode::Require,
     };
-    let table = match parser.setting(&knobs::POSTGRES_TABLE) {
+    // Empty means the default, as upstream (its exporter knobs treat an
+    // empty variable as unset).
+    let table = match parser.non_blank(&knobs::POSTGRES_TABLE) {
         Some(setting) => parse_table(&setting.value).unwrap_or_else(|problem| {
             parser.reject(&knobs::POSTGRES_TABLE, &setting, problem);
             PostgresTable {
                 schema: None,
-                name: "gpu".to_owned(),
+                name: DEFAULT_POSTGRES_TABLE.to_owned(),
             }
         }),
         None => PostgresTable {
             schema: None,
-            name: "gpu".to_owned(),
+            name: DEFAULT_POSTGRES_TABLE.to_owned(),
         },
     };
     let auto_migrate = parser.typed(
@@ -766,10 +802,7 @@ mod tests {
         );
         let qualified = parse_table("inventory.gpu_serials").unwrap();
         assert_eq!(qualified.quoted(), "\"inventory\".\"gpu_serials\"");
-        assert_eq!(
-            parse_table("").unwrap_err(),
-            "postgres table name cannot be empty"
-        );
+        assert_eq!(parse_table(" ").unwrap().name, DEFAULT_POSTGRES_TABLE);
         for bad in ["1gpu", "gpu;drop", "a.b.c", ".gpu", "gpu.", "gpu table"] {
             let error = parse_table(bad).unwrap_err();
             assert!(

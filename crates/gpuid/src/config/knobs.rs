@@ -72,7 +72,7 @@ knobs! {
     KUBECONFIG = "KUBECONFIG", "kubeconfig", None, Core, false,
         "Kubeconfig path when not running in a cluster.";
     LOG_LEVEL = "LOG_LEVEL", "log-level", Some("info"), Core, false,
-        "debug, info, warn or error.";
+        "error, warn (or warning), info, debug or trace; case-insensitive. The same variable sets the global --log-level.";
     SERVER_PORT = "SERVER_PORT", "server-port", Some("8080"), Core, false,
         "Port of /healthz, /readyz and /metrics (1000-65535).";
     LEADER_ELECTION = "LEADER_ELECTION", "leader-election", Some("false"), LeaderElection, false,
@@ -122,7 +122,7 @@ knobs! {
     POSTGRES_SSLROOTCERT = "POSTGRES_SSLROOTCERT", "postgres-sslrootcert", None, PostgresExporter, false,
         "PEM file of the CA certificates that sign the server's certificate (default: the system's roots).";
     POSTGRES_TABLE = "POSTGRES_TABLE", "postgres-table", Some("gpu"), PostgresExporter, false,
-        "Table name, optionally schema-qualified (schema.table).";
+        "Table name, optionally schema-qualified (schema.table); the name at most 39 characters, the schema at most 63; empty means gpu.";
     POSTGRES_AUTO_MIGRATE = "POSTGRES_AUTO_MIGRATE", "postgres-auto-migrate", Some("false"), PostgresExporter, false,
         "Create the tables at start-up if they do not exist.";
     S3_BUCKET = "S3_BUCKET", "s3-bucket", None, S3Exporter, false,

@@ -12,6 +12,7 @@
 //! default (also upstream).
 
 mod exporters;
+mod identity;
 pub mod knobs;
 mod pipeline;
 mod secret;
@@ -25,9 +26,11 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use exporters::{
-    HttpExporterConfig, HttpHeader, PostgresConnection, PostgresExporterConfig, PostgresTable,
+    DEFAULT_POSTGRES_TABLE, HttpExporterConfig, HttpHeader, LONGEST_DERIVED_SUFFIX,
+    MAX_POSTGRES_TABLE_NAME, PostgresConnection, PostgresExporterConfig, PostgresTable,
     PostgresUrlParts, S3ExporterConfig, S3Format, SslMode, split_postgres_url,
 };
+pub use identity::ExporterIdentity;
 pub use knobs::{KNOBS, Knob, KnobGroup};
 pub use pipeline::ExportPipelineSettings;
 pub use secret::Secret;
@@ -91,34 +94,9 @@ impl ExporterConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogLevel {
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
-impl LogLevel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
-        }
-    }
-
-    fn parse(raw: &str) -> Option<LogLevel> {
-        Some(match raw.trim().to_ascii_lowercase().as_str() {
-            "debug" => LogLevel::Debug,
-            "info" => LogLevel::Info,
-            "warn" | "warning" => LogLevel::Warn,
-            "error" => LogLevel::Error,
-            _ => return None,
-        })
-    }
-}
+/// The same parser as the global `--log-level` flag (`LOG_LEVEL` feeds
+/// both), so the two can never disagree on a spelling.
+pub use controller_kit::telemetry::LogLevel;
 
 /// Lease-based leader election (client-go semantics).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,7 +201,7 @@ fn parse(parser: &mut Parser<'_>) -> Config {
     let log_level = parser.typed(
         &knobs::LOG_LEVEL,
         "log level",
-        "unknown log level (use debug, info, warn or error)",
+        &format!("unknown log level (use {})", LogLevel::ACCEPTED),
         LogLevel::parse,
         LogLevel::Info,
     );

@@ -254,8 +254,12 @@ fn log_levels_are_case_insensitive_and_unknown_levels_are_rejected() {
         LogLevel::Debug
     );
     assert_eq!(
-        single(load(&[CLUSTER, ("LOG_LEVEL", "trace")])),
-        r#"invalid log level for LOG_LEVEL="trace": unknown log level (use debug, info, warn or error)"#
+        load(&[CLUSTER, ("LOG_LEVEL", "trace")]).unwrap().log_level,
+        LogLevel::Trace
+    );
+    assert_eq!(
+        single(load(&[CLUSTER, ("LOG_LEVEL", "loud")])),
+        r#"invalid log level for LOG_LEVEL="loud": unknown log level (use error, warn (or warning), info, debug or trace)"#
     );
 }
 
@@ -619,15 +623,62 @@ fn postgres_port_table_and_sslmode_are_validated() {
         single(load(&[CLUSTER, ("POSTGRES_PORT", "0")])),
         r#"POSTGRES_PORT="0": postgres port must be between 1 and 65535, got 0"#
     );
-    assert_eq!(
-        single(load(&[CLUSTER, ("POSTGRES_TABLE", "")])),
-        r#"POSTGRES_TABLE="": postgres table name cannot be empty"#
-    );
     assert!(
         single(load(&[CLUSTER, ("POSTGRES_TABLE", "gpu;drop")]))
             .contains("contains invalid characters")
     );
     assert!(single(load(&[CLUSTER, ("POSTGRES_SSLMODE", "on")])).contains("not an sslmode"));
+}
+
+fn postgres_table(value: &str) -> Result<PostgresTable, String> {
+    match load(&postgres_params(&[("POSTGRES_TABLE", value)])) {
+        Ok(config) => Ok(postgres_of(config).table),
+        Err(_) => Err(single(load(&[CLUSTER, ("POSTGRES_TABLE", value)]))),
+    }
+}
+
+#[test]
+fn an_empty_postgres_table_means_the_default_as_upstream() {
+    for empty in ["", "  "] {
+        assert_eq!(
+            postgres_table(empty),
+            Ok(PostgresTable {
+                schema: None,
+                name: "gpu".into()
+            }),
+            "{empty:?}"
+        );
+    }
+}
+
+#[test]
+fn postgres_table_names_are_refused_at_start_when_a_derived_name_would_not_fit_63_characters() {
+    let longest = "t".repeat(39);
+    assert_eq!(
+        postgres_table(&longest).map(|table| table.name),
+        Ok(longest.clone())
+    );
+    assert_eq!(
+        postgres_table(&format!("inv.{longest}")).map(|table| table.schema),
+        Ok(Some("inv".to_owned()))
+    );
+    for too_long in [40, 63, 64] {
+        let name = "t".repeat(too_long);
+        let error = postgres_table(&name).unwrap_err();
+        assert!(
+            error.starts_with(&format!("POSTGRES_TABLE=\"{name}\": postgres table name")),
+            "{error}"
+        );
+        assert!(error.contains("at most 39"), "{error}");
+        assert!(error.contains("_inventory_last_seen_idx"), "{error}");
+    }
+    let long_schema = format!("{}.gpu", "s".repeat(64));
+    assert!(
+        postgres_table(&long_schema)
+            .unwrap_err()
+            .contains("at most 63")
+    );
+    assert!(postgres_table(&format!("{}.gpu", "s".repeat(63))).is_ok());
 }
 
 #[test]
@@ -788,7 +839,7 @@ mod properties {
 
 const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
-fn postgres_params(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+fn postgres_params<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut pairs = vec![
         CLUSTER,
         ("EXPORTER_TYPE", "postgres"),

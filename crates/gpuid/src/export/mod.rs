@@ -51,7 +51,7 @@ pub use pipeline::{ExportPipeline, PipelineConfig, PipelineStats, ShutdownReport
 pub use postgres::{MIGRATIONS, PostgresExporter, PostgresNames, SessionSecurity};
 pub use retry::{RetryPolicy, backoff_delay};
 pub use s3::{S3Credentials, S3Exporter, S3Format, S3Settings, object_key, render_partition};
-pub use stdout::StdoutExporter;
+pub use stdout::{LINE_SCHEMA_VERSION, RECORD_KIND, StdoutExporter, batch_lines};
 
 /// Whether an exporter can currently deliver. Readiness uses it: a pod whose
 /// backend is down reports not-ready instead of pretending (upstream's

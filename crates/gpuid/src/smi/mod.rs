@@ -115,6 +115,20 @@ pub struct ParseWarning {
     pub problem: String,
 }
 
+impl std::fmt::Display for ParseWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let location = match self.gpu {
+            Some(index) => Location::Gpu(index),
+            None => Location::Document,
+        };
+        write!(
+            f,
+            "<{}> {location} is {:?}: {}",
+            self.element, self.value, self.problem
+        )
+    }
+}
+
 /// The parsed document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SmiReport {
@@ -146,6 +160,20 @@ pub enum ParseError {
     InputTooLarge { limit: usize },
     #[error("nvidia-smi output is empty: no <nvidia_smi_log> element")]
     Empty,
+    /// Text instead of XML: nvidia-smi's own failure message (for example
+    /// `NVIDIA-SMI has failed because it couldn't communicate with the
+    /// NVIDIA driver`), quoted, whitespace collapsed, at most
+    /// [`FAILURE_TEXT_LIMIT`] characters.
+    #[error("nvidia-smi reported: {text}")]
+    SmiFailure { text: String },
+    /// XML allows no NUL and no other C0 control character but tab, line
+    /// feed and carriage return, anywhere in the document.
+    #[error(
+        "nvidia-smi output has a control character (byte 0x{byte:02x}) at byte {position}; XML does not allow it"
+    )]
+    ControlCharacter { position: u64, byte: u8 },
+    #[error("nvidia-smi output is not valid UTF-8 at byte {position}")]
+    InvalidUtf8 { position: u64 },
     #[error("malformed nvidia-smi XML at byte {position}: {message}")]
     Xml { position: u64, message: String },
     #[error(
@@ -183,6 +211,9 @@ pub enum ParseError {
     Io { message: String },
 }
 
+/// Longest quoted nvidia-smi failure text, in characters.
+pub const FAILURE_TEXT_LIMIT: usize = 300;
+
 /// Where in the document a problem was found, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Location {
@@ -211,7 +242,27 @@ pub fn parse_with_limits(xml: &[u8], limits: Limits) -> Result<SmiReport, ParseE
             limit: limits.max_input_bytes,
         });
     }
+    check_characters(xml)?;
     reader::parse_document(xml, limits)
+}
+
+/// The whole document is UTF-8 with only the control characters XML
+/// allows, checked before parsing: the streaming parser decodes only the
+/// fields it keeps, and a bad byte in a skipped element must not pass.
+fn check_characters(xml: &[u8]) -> Result<(), ParseError> {
+    if let Some(position) = xml
+        .iter()
+        .position(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
+    {
+        return Err(ParseError::ControlCharacter {
+            position: position as u64,
+            byte: xml[position],
+        });
+    }
+    std::str::from_utf8(xml).map_err(|error| ParseError::InvalidUtf8 {
+        position: error.valid_up_to() as u64,
+    })?;
+    Ok(())
 }
 
 /// Reads at most [`Limits::DEFAULT`]`.max_input_bytes` from `input` (one byte

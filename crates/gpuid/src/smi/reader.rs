@@ -6,7 +6,9 @@ use quick_xml::events::{BytesRef, BytesStart, Event};
 use super::absent::present;
 use super::fields::{Field, GpuChild, Section, gpu_child, header_field, section_field};
 use super::pci::canonical_bus_id;
-use super::{Limits, Location, MigMode, ParseError, ParseWarning, SmiGpu, SmiReport};
+use super::{
+    FAILURE_TEXT_LIMIT, Limits, Location, MigMode, ParseError, ParseWarning, SmiGpu, SmiReport,
+};
 
 const ROOT: &[u8] = b"nvidia_smi_log";
 
@@ -56,6 +58,9 @@ struct State {
     gpus: Vec<SmiGpu>,
     warnings: Vec<ParseWarning>,
     text: String,
+    /// Text outside any element before the root (nvidia-smi's failure
+    /// message when it printed one instead of XML), bounded.
+    stray_text: String,
 }
 
 pub(super) fn parse_document(xml: &[u8], limits: Limits) -> Result<SmiReport, ParseError> {
@@ -71,6 +76,7 @@ pub(super) fn parse_document(xml: &[u8], limits: Limits) -> Result<SmiReport, Pa
         gpus: Vec::new(),
         warnings: Vec::new(),
         text: String::new(),
+        stray_text: String::new(),
     };
     loop {
         let event = reader.read_event().map_err(|err| ParseError::Xml {
@@ -90,6 +96,15 @@ pub(super) fn parse_document(xml: &[u8], limits: Limits) -> Result<SmiReport, Pa
                         .decode()
                         .map_err(|err| state.invalid_text(field, err))?;
                     state.append(field, &decoded)?;
+                } else if !state.root_seen
+                    && let Ok(decoded) = text.decode()
+                {
+                    state.keep_stray_text(&decoded);
+                }
+            }
+            Event::GeneralRef(reference) if !state.root_seen => {
+                if let Ok(resolved) = resolve_reference(&reference) {
+                    state.keep_stray_text(&resolved);
                 }
             }
             Event::CData(cdata) => {
@@ -122,6 +137,22 @@ pub(super) fn parse_document(xml: &[u8], limits: Limits) -> Result<SmiReport, Pa
 }
 
 impl State {
+    /// Collects text before the root, whitespace collapsed, up to
+    /// [`FAILURE_TEXT_LIMIT`] characters (a huge text costs no more).
+    fn keep_stray_text(&mut self, text: &str) {
+        for word in text.split_whitespace() {
+            let used = self.stray_text.chars().count();
+            if used >= FAILURE_TEXT_LIMIT {
+                return;
+            }
+            if used > 0 {
+                self.stray_text.push(' ');
+            }
+            let room = FAILURE_TEXT_LIMIT.saturating_sub(used + usize::from(used > 0));
+            self.stray_text.extend(word.chars().take(room));
+        }
+    }
+
     fn location(&self) -> Location {
         match &self.gpu {
             Some(gpu) => Location::Gpu(gpu.index),
@@ -286,6 +317,11 @@ impl State {
 
     fn finish(mut self) -> Result<SmiReport, ParseError> {
         if !self.root_seen {
+            if !self.stray_text.is_empty() {
+                return Err(ParseError::SmiFailure {
+                    text: self.stray_text,
+                });
+            }
             return Err(ParseError::Empty);
         }
         if !self.stack.is_empty() {

@@ -136,7 +136,7 @@ fn documents_that_are_not_nvidia_smi_output_are_rejected() {
         })
     );
     assert!(matches!(
-        smi::parse(b"NVIDIA-SMI has failed because it couldn't communicate"),
+        smi::parse(b"<!-- nothing -->\n"),
         Err(ParseError::Empty)
     ));
     let two_roots = [doc(""), doc("")].concat();
@@ -144,6 +144,77 @@ fn documents_that_are_not_nvidia_smi_output_are_rejected() {
         smi::parse(&two_roots),
         Err(ParseError::Xml { .. } | ParseError::TrailingElement { .. })
     ));
+}
+
+#[test]
+fn nvidia_smis_own_failure_text_is_quoted_instead_of_called_empty() {
+    let driver = b"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n\n";
+    let error = smi::parse(driver).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "nvidia-smi reported: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
+    );
+    let mismatch = smi::parse(b"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.86\n").unwrap_err();
+    assert_eq!(
+        mismatch,
+        ParseError::SmiFailure {
+            text: "Failed to initialize NVML: Driver/library version mismatch NVML library version: 570.86".into()
+        }
+    );
+    let endless = "word ".repeat(10_000);
+    let ParseError::SmiFailure { text } = smi::parse(endless.as_bytes()).unwrap_err() else {
+        panic!("not quoted")
+    };
+    assert!(
+        text.chars().count() <= smi::FAILURE_TEXT_LIMIT,
+        "{}",
+        text.len()
+    );
+    assert!(text.starts_with("word word"));
+}
+
+#[test]
+fn a_nul_byte_or_invalid_utf8_anywhere_is_an_error_even_in_skipped_elements() {
+    let clean = doc("<gpu><unknown_telemetry>x</unknown_telemetry><uuid>GPU-1</uuid></gpu>");
+    assert!(smi::parse(&clean).is_ok());
+    let at = |needle: &[u8]| {
+        clean
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .unwrap()
+    };
+    let skipped = at(b">x<") + 1;
+    let mut nul = clean.clone();
+    nul[skipped] = 0;
+    assert_eq!(
+        smi::parse(&nul),
+        Err(ParseError::ControlCharacter {
+            position: skipped as u64,
+            byte: 0
+        })
+    );
+    let mut bell = clean.clone();
+    bell[skipped] = 0x07;
+    assert!(matches!(
+        smi::parse(&bell),
+        Err(ParseError::ControlCharacter { byte: 0x07, .. })
+    ));
+    let mut latin1 = clean.clone();
+    latin1[skipped] = 0xe9;
+    assert_eq!(
+        smi::parse(&latin1),
+        Err(ParseError::InvalidUtf8 {
+            position: skipped as u64
+        })
+    );
+    let mut in_comment = clean.clone();
+    in_comment.splice(0..0, b"<!-- \xff -->".iter().copied());
+    assert!(matches!(
+        smi::parse(&in_comment),
+        Err(ParseError::InvalidUtf8 { position: 5 })
+    ));
+    let with_tabs = doc("<gpu>\t\r\n<uuid>GPU-1</uuid></gpu>");
+    assert!(smi::parse(&with_tabs).is_ok(), "tab, CR and LF are allowed");
 }
 
 #[test]

@@ -135,10 +135,7 @@ async fn a_changed_capture_exports_exactly_the_change_and_stale_labels_go() {
     .await;
 
     let new_lines = &replica.buffer.lines()[lines_before..];
-    let events: Vec<_> = new_lines
-        .iter()
-        .filter(|l| l.get("kind").is_some())
-        .collect();
+    let events: Vec<_> = new_lines.iter().filter(|l| l["kind"] != "gpu").collect();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["kind"], "gpu_removed");
     let removed_key = events[0]["gpu_key"].as_str().unwrap();
@@ -394,4 +391,89 @@ async fn an_unchanged_inventory_is_re_exported_on_the_heartbeat_without_events()
         Some(first_hash)
     );
     replica.stop().await;
+}
+
+/// Upstream's `gpuid.github.com/` labels through the collector: written by
+/// default (the sorted serials of an H100 node as gpu-0..gpu-7); with
+/// `upstream_labels` off (UPSTREAM_NODE_LABELS=false) none is written and
+/// one that someone else set stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_node_labels_are_written_by_default_and_left_alone_with_the_knob_off() {
+    let fleet = Fleet::start().await;
+    for node in ["gpu-upstream-on", "gpu-upstream-off"] {
+        fleet.add_node(node).await;
+        fleet.answer(node, Answer::Xml(capture("hardware/h100.xml", node)));
+    }
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(fleet.client.clone());
+    let foreign = json!({"metadata": {"labels": {"gpuid.github.com/chassis": "set-by-upstream"}}});
+    nodes
+        .patch(
+            "gpu-upstream-off",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&foreign),
+        )
+        .await
+        .unwrap();
+    let upstream_labels = |labels: std::collections::BTreeMap<String, String>| {
+        labels
+            .into_iter()
+            .filter(|(key, _)| key.starts_with("gpuid.github.com/"))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+
+    fleet
+        .add_plugin_pod("plugin-upstream-on", "gpu-upstream-on")
+        .await;
+    let replica = Replica::start(&fleet, settings(2), Election::Disabled).await;
+    exported(&fleet, "gpu-upstream-on").await;
+    let records = replica.buffer.records();
+    let mut serials: Vec<String> = records
+        .iter()
+        .filter_map(|r| r["serial"].as_str().map(str::to_owned))
+        .collect();
+    serials.sort();
+    let want: std::collections::BTreeMap<String, String> = serials
+        .into_iter()
+        .enumerate()
+        .map(|(j, serial)| (format!("gpuid.github.com/gpu-{j}"), serial))
+        .collect();
+    assert_eq!(want.len(), 8);
+    let on = fleet
+        .node("gpu-upstream-on")
+        .await
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(upstream_labels(on), want);
+    replica.stop().await;
+
+    let mut off = settings(2);
+    off.upstream_labels = false;
+    fleet
+        .add_plugin_pod("plugin-upstream-off", "gpu-upstream-off")
+        .await;
+    let _replica = Replica::start(&fleet, off, Election::Disabled).await;
+    exported(&fleet, "gpu-upstream-off").await;
+    let labels = fleet
+        .node("gpu-upstream-off")
+        .await
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(
+        labels
+            .get(&format!("{PREFIX}/gpu-count"))
+            .map(String::as_str),
+        Some("8"),
+        "our labels are written: {labels:?}"
+    );
+    assert_eq!(
+        upstream_labels(labels),
+        [(
+            "gpuid.github.com/chassis".to_owned(),
+            "set-by-upstream".to_owned()
+        )]
+        .into(),
+        "with the knob off gpuid.github.com/ keys are neither written nor removed"
+    );
 }

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use gpuid::collect::node_state::NodeKeys;
 use gpuid::collect::{CollectorRuntime, CollectorSettings, Election, RecordSink};
+use gpuid::config::{ExporterConfig, ExporterIdentity};
 use gpuid::export::{ExportPipeline, PipelineConfig, StdoutExporter};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -73,6 +75,8 @@ pub struct Fleet {
     pub collector_client: kube::Client,
     /// The real lane's exec directory (captures, hang markers, call logs).
     exec_dir: Option<std::path::PathBuf>,
+    /// The real lane's cluster-admin kubeconfig, for kubectl.
+    pub admin_kubeconfig: Option<std::path::PathBuf>,
     pub answers: Arc<Mutex<HashMap<String, Answer>>>,
     pub execs: Arc<AtomicUsize>,
     /// Execs per node name.
@@ -115,6 +119,7 @@ impl Fleet {
             client,
             collector_client,
             exec_dir: Some(exec_dir),
+            admin_kubeconfig: Some(cluster.admin_kubeconfig.clone()),
             answers: Arc::default(),
             execs: Arc::default(),
             execs_by_node: Arc::default(),
@@ -220,6 +225,7 @@ impl Fleet {
             collector_client: client.clone(),
             client,
             exec_dir: None,
+            admin_kubeconfig: None,
             answers,
             execs,
             execs_by_node,
@@ -347,7 +353,7 @@ impl Fleet {
             .metadata
             .annotations
             .unwrap_or_default()
-            .get(&format!("{PREFIX}/{name}"))
+            .get(&state_keys().state_annotation(name))
             .cloned()
     }
 }
@@ -377,7 +383,14 @@ pub fn settings(workers: usize) -> CollectorSettings {
         label_prefix: PREFIX.into(),
         output_limit: 4 * 1024 * 1024,
         collector_version: "test".into(),
+        exporter: ExporterIdentity::of(&ExporterConfig::Stdout),
+        upstream_labels: true,
     }
+}
+
+/// The names of the state [`settings`] keeps on Nodes (the stdout exporter's).
+pub fn state_keys() -> NodeKeys {
+    NodeKeys::new(PREFIX, &ExporterIdentity::of(&ExporterConfig::Stdout))
 }
 
 /// An in-memory writer the stdout exporter writes NDJSON into.
@@ -404,11 +417,11 @@ impl Buffer {
             .collect()
     }
 
-    /// Exported records (lines without `kind`).
+    /// Exported records (lines of `kind` `gpu`).
     pub fn records(&self) -> Vec<Value> {
         self.lines()
             .into_iter()
-            .filter(|line| line.get("kind").is_none())
+            .filter(|line| line["kind"] == "gpu")
             .collect()
     }
 
@@ -417,6 +430,7 @@ impl Buffer {
         let mut events: Vec<(String, String)> = self
             .lines()
             .into_iter()
+            .filter(|line| line["kind"] != "gpu")
             .filter_map(|line| {
                 Some((
                     line.get("kind")?.as_str()?.to_owned(),

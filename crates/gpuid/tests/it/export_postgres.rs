@@ -264,6 +264,54 @@ async fn migrations_are_recorded_once_and_rerunning_them_changes_nothing() {
         .unwrap();
 }
 
+/// The longest name the configuration accepts gets every derived table and
+/// index under its full name: the server would silently truncate a longer
+/// one to 63 characters (and two truncated names could collide).
+#[tokio::test]
+async fn the_longest_accepted_table_name_migrates_with_every_derived_name_intact() {
+    let db = postgres_client().await;
+    let schema = fresh_schema("longname");
+    let name = "t".repeat(gpuid::config::MAX_POSTGRES_TABLE_NAME);
+    let mut config = exporter_config(&postgres_url(), &schema, true);
+    config.table.name = name.clone();
+    let exporter = PostgresExporter::new(&config).unwrap();
+    let (records, events) = h100_batch();
+    exporter
+        .export(&batch(records.clone(), events))
+        .await
+        .unwrap();
+    let relations: Vec<String> = db
+        .query(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY c.relname",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    for suffix in [
+        "",
+        "_inventory",
+        "_events",
+        "_inventory_node_idx",
+        "_inventory_last_seen_idx",
+        "_events_gpu_idx",
+    ] {
+        let wanted = format!("{name}{suffix}");
+        assert!(
+            relations.contains(&wanted),
+            "{wanted} ({} characters) missing from {relations:?}",
+            wanted.len()
+        );
+    }
+    let inventory = format!("SELECT count(*) FROM \"{schema}\".\"{name}_inventory\"");
+    assert_eq!(count(&db, &inventory).await, records.len() as i64);
+    db.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn without_auto_migrate_an_unmigrated_database_is_unhealthy_and_nothing_is_created() {
     let db = postgres_client().await;

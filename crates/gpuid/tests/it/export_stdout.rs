@@ -32,6 +32,10 @@ impl Write for SharedBuffer {
 }
 
 impl SharedBuffer {
+    fn text(&self) -> String {
+        String::from_utf8(self.bytes.lock().clone()).unwrap()
+    }
+
     fn lines(&self) -> Vec<serde_json::Value> {
         String::from_utf8(self.bytes.lock().clone())
             .unwrap()
@@ -63,15 +67,22 @@ async fn a_batch_is_written_as_ndjson_records_then_events() {
         .map(|line| serde_json::from_value(line.clone()).unwrap())
         .collect();
     assert_eq!(parsed_events, events);
-    assert!(
-        lines[..records.len()]
-            .iter()
-            .all(|l| l.get("kind").is_none())
-    );
+    for line in &lines {
+        assert_eq!(line["schemaVersion"], 1, "{line}");
+    }
+    assert!(lines[..records.len()].iter().all(|l| l["kind"] == "gpu"));
     assert!(
         lines[records.len()..]
             .iter()
             .all(|l| l["kind"] == "gpu_added")
+    );
+    // The envelope comes first on record lines, so `head -c` shows it.
+    let text = buffer.text();
+    assert!(
+        text.lines()
+            .take(records.len())
+            .all(|l| l.starts_with(r#"{"kind":"gpu","schemaVersion":1,"#)),
+        "{text}"
     );
     assert!(exporter.health().await.is_healthy());
 }

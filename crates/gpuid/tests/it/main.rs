@@ -7,6 +7,7 @@ mod collect_ops;
 mod collect_s3_qps;
 mod collect_support;
 mod docs;
+mod events_e2e;
 mod export_http;
 mod export_metrics;
 mod export_postgres;

@@ -35,9 +35,9 @@ use tls::{PgConnect, RootCertFile};
 
 const NAME: &str = "postgres";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest table name whose derived index names still fit PostgreSQL's
-/// 63-byte identifier limit (the longest suffix is `_inventory_last_seen_idx`).
-const MAX_TABLE_NAME: usize = 63 - "_inventory_last_seen_idx".len();
+/// The configuration's rule, re-checked for tables built by hand (tests,
+/// embedders); `gpufleet gpuid run` refuses a longer name at start.
+const MAX_TABLE_NAME: usize = crate::config::MAX_POSTGRES_TABLE_NAME;
 
 /// The quoted names derived from `POSTGRES_TABLE`.
 #[derive(Debug, Clone, PartialEq, Eq)]

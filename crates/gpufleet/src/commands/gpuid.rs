@@ -2,8 +2,13 @@
 //! `--flag` generated from `gpuid::config::KNOBS` (plus the collector's own
 //! knobs), so the CLI can never drift from the configuration; a flag beats
 //! the environment.
+//!
+//! `gpufleet gpuid parse`: one capture by hand, records on stdout, the
+//! parser's warnings and errors on stderr, each once.
 
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
@@ -64,6 +69,67 @@ impl Args for RunArgs {
     fn augment_args_for_update(command: Command) -> Command {
         RunArgs::augment_args(command)
     }
+}
+
+/// `gpufleet gpuid parse` arguments.
+#[derive(Debug, clap::Args)]
+pub struct ParseArgs {
+    /// The capture file, or `-` for standard input.
+    pub file: PathBuf,
+    /// Exit with status 3 when the parser has warnings (a value it could
+    /// not read, fewer <gpu> elements than <attached_gpus>); the records
+    /// are printed all the same.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// Exit status of a capture that parsed with warnings under `--strict`
+/// (1 is a rejected capture, 2 a usage error).
+const EXIT_WARNINGS: u8 = 3;
+
+/// Parses the capture: records as NDJSON on stdout; each warning, and the
+/// error if the capture is rejected, printed once on stderr.
+pub fn parse(args: &ParseArgs) -> ExitCode {
+    let (source, report) = if args.file == Path::new("-") {
+        (
+            "standard input".to_owned(),
+            gpuid::smi::parse_reader(std::io::stdin().lock(), gpuid::smi::Limits::DEFAULT),
+        )
+    } else {
+        let source = args.file.display().to_string();
+        match std::fs::File::open(&args.file) {
+            Ok(file) => {
+                let parsed = gpuid::smi::parse_reader(file, gpuid::smi::Limits::DEFAULT);
+                (source, parsed)
+            }
+            Err(error) => {
+                eprintln!("gpufleet gpuid parse: cannot open {source}: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let report = match report {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("gpufleet gpuid parse: {source}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for warning in &report.warnings {
+        eprintln!("gpufleet gpuid parse: warning: {source}: {warning}");
+    }
+    if let Err(error) = std::io::stdout().write_all(report.to_ndjson().as_bytes()) {
+        eprintln!("gpufleet gpuid parse: writing to stdout: {error}");
+        return ExitCode::FAILURE;
+    }
+    if args.strict && !report.warnings.is_empty() {
+        eprintln!(
+            "gpufleet gpuid parse: {source}: {} warning(s) and --strict",
+            report.warnings.len()
+        );
+        return ExitCode::from(EXIT_WARNINGS);
+    }
+    ExitCode::SUCCESS
 }
 
 /// Validates the configuration (every problem printed, exit 2) and runs
