@@ -32,6 +32,7 @@ mod metrics;
 mod names;
 mod object;
 mod patch;
+mod rbac;
 mod resources;
 pub mod schema;
 mod selector;

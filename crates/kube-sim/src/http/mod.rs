@@ -7,6 +7,7 @@ mod openapi;
 mod path;
 mod protobuf;
 mod query;
+mod reviews;
 mod table;
 
 use std::sync::Arc;
@@ -130,6 +131,9 @@ async fn handle(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let store = &state.store;
+    if let Some(answer) = reviews::answer(store, method, uri.path(), headers, &body) {
+        return answer;
+    }
     let parsed = ApiPath::parse(uri.path()).ok_or_else(ApiError::no_such_resource)?;
     let target = match parsed {
         ApiPath::GroupDiscovery { group } => {
@@ -171,7 +175,7 @@ async fn handle(
 
 /// The object in a create or replace body: JSON, or the protobuf subset
 /// kubectl's generator commands send.
-fn request_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+pub(super) fn request_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

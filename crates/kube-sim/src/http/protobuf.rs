@@ -343,6 +343,60 @@ fn role_binding(raw: &[u8]) -> Result<Map<String, Value>, String> {
     Ok(obj)
 }
 
+const AUTHORIZATION_V1: &str = "authorization.k8s.io/v1";
+const AUTHENTICATION_V1: &str = "authentication.k8s.io/v1";
+
+/// authorization/v1 `ResourceAttributes` and `NonResourceAttributes`
+/// inside an access review's spec: resourceAttributes = 1,
+/// nonResourceAttributes = 2, then (SubjectAccessReview only) user = 3,
+/// groups = 4, uid = 6.
+fn access_review_spec(bytes: &[u8]) -> Result<Value, String> {
+    let mut spec = Map::new();
+    for (number, field) in fields(bytes)? {
+        let Field::Bytes(b) = field else { continue };
+        match number {
+            1 => drop(spec.insert(
+                "resourceAttributes".into(),
+                strings_message(
+                    b,
+                    &[
+                        ("namespace", false),
+                        ("verb", false),
+                        ("group", false),
+                        ("version", false),
+                        ("resource", false),
+                        ("subresource", false),
+                        ("name", false),
+                    ],
+                )?,
+            )),
+            2 => drop(spec.insert(
+                "nonResourceAttributes".into(),
+                strings_message(b, &[("path", false), ("verb", false)])?,
+            )),
+            3 => drop(spec.insert("user".into(), text(b)?.into())),
+            4 => push(&mut spec, "groups", text(b)?.into()),
+            6 => drop(spec.insert("uid".into(), text(b)?.into())),
+            _ => {}
+        }
+    }
+    Ok(Value::Object(spec))
+}
+
+/// An access review (metadata = 1, spec = 2) or a SelfSubjectReview
+/// (metadata = 1 only matters).
+fn review(raw: &[u8]) -> Result<Map<String, Value>, String> {
+    let mut obj = Map::new();
+    for (number, field) in fields(raw)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
+            (2, Field::Bytes(b)) => drop(obj.insert("spec".into(), access_review_spec(b)?)),
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
 /// Decodes a protobuf-encoded object into its JSON form.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
     let envelope = body
@@ -372,9 +426,18 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("v1", "ServiceAccount") => service_account(raw)?,
         (RBAC_V1, "Role" | "ClusterRole") => role(raw)?,
         (RBAC_V1, "RoleBinding" | "ClusterRoleBinding") => role_binding(raw)?,
+        (
+            AUTHORIZATION_V1,
+            "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview",
+        ) => review(raw)?,
+        (AUTHENTICATION_V1, "SelfSubjectReview") => {
+            let mut obj = review(raw)?;
+            obj.remove("spec");
+            obj
+        }
         _ => {
             return Err(format!(
-                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace and ServiceAccount and {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, not {api_version} {kind}; send JSON"
+                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace and ServiceAccount, {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, and the access and self-subject reviews, not {api_version} {kind}; send JSON"
             ));
         }
     };

@@ -817,3 +817,69 @@ async fn kubectl_shows_events_recorded_through_events_v1() {
         .await;
     assert!(for_node.contains("GpuInventoryChanged"), "{for_node}");
 }
+
+/// `kubectl auth can-i --as` and `auth whoami` are answered from the stored
+/// RBAC objects, with kube-apiserver's reason for an allowed request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_answers_from_the_stored_rbac_objects() {
+    let sim = sim().await;
+    let kubectl = Kubectl::new(&sim);
+    let rbac = kubectl.file(
+        "rbac.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: collector\nrules:\n- apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get, list, watch]\n- apiGroups: [\"\"]\n  resources: [pods/exec]\n  verbs: [create]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: collector\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: collector\nsubjects:\n- kind: ServiceAccount\n  name: collector\n  namespace: tools\n",
+    );
+    kubectl.ok(&["apply", "-f", &rbac]).await;
+    let sa = "--as=system:serviceaccount:tools:collector";
+    let out = kubectl
+        .ok(&[
+            "auth",
+            "can-i",
+            "create",
+            "pods",
+            "--subresource=exec",
+            "-n",
+            "gpu-operator",
+            sa,
+        ])
+        .await;
+    assert_eq!(out.trim(), "yes");
+    let denied = kubectl
+        .run(&["auth", "can-i", "delete", "pods", "-n", "gpu-operator", sa])
+        .await;
+    assert!(!denied.status.success());
+    assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "no");
+    let other = kubectl
+        .run(&[
+            "auth",
+            "can-i",
+            "get",
+            "pods",
+            "--as=system:serviceaccount:tools:someone-else",
+        ])
+        .await;
+    assert_eq!(String::from_utf8_lossy(&other.stdout).trim(), "no");
+    let admin = kubectl.ok(&["auth", "can-i", "delete", "nodes"]).await;
+    assert_eq!(admin.trim(), "yes");
+    let whoami = kubectl
+        .ok(&[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .await;
+    assert_eq!(whoami, "system:admin");
+    let impersonated = kubectl
+        .ok(&[
+            "auth",
+            "whoami",
+            sa,
+            "-o",
+            "jsonpath={.status.userInfo.groups}",
+        ])
+        .await;
+    assert!(
+        impersonated.contains("system:serviceaccounts:tools"),
+        "{impersonated}"
+    );
+}
