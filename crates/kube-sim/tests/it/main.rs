@@ -12,6 +12,7 @@ mod gc;
 mod kubectl_parity;
 mod kubelet;
 mod lifecycle;
+mod python_client;
 mod selectors;
 mod support;
 mod validation;

@@ -1,0 +1,109 @@
+//! The Python `kubernetes` client against kube-sim over loopback: it
+//! percent-encodes names in paths (`system%3Aprobe%3Areader`), sends JSON
+//! with its own defaults, and must see what a real server would answer.
+//!
+//! The interpreter is env `PYTHON` or `<workspace>/.venv/bin/python`
+//! (scripts/test.sh installs the client there); a missing client fails the
+//! test with a message saying how to get it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::support::sim;
+
+fn python() -> PathBuf {
+    if let Ok(path) = std::env::var("PYTHON") {
+        return PathBuf::from(path);
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    assert!(
+        path.exists(),
+        "python not found: set PYTHON or run scripts/test.sh, which creates .venv with the `kubernetes` client ({})",
+        path.display()
+    );
+    path
+}
+
+const SCRIPT: &str = r#"
+import sys
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+config.load_kube_config(config_file=sys.argv[1])
+rbac = client.RbacAuthorizationV1Api()
+core = client.CoreV1Api()
+
+role = client.V1Role(
+    metadata=client.V1ObjectMeta(name="system:probe:reader"),
+    rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get"])],
+)
+rbac.create_namespaced_role("default", role)
+read = rbac.read_namespaced_role("system:probe:reader", "default")
+print("role", read.metadata.name, read.rules[0].verbs)
+rbac.delete_namespaced_role("system:probe:reader", "default")
+try:
+    rbac.read_namespaced_role("system:probe:reader", "default")
+    print("still there")
+except ApiException as e:
+    print("after delete", e.status)
+
+cm = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="dry"), data={"k": "v"})
+core.create_namespaced_config_map("default", cm, dry_run="All")
+try:
+    core.read_namespaced_config_map("dry", "default")
+    print("dry run stored")
+except ApiException as e:
+    print("dry run", e.status)
+try:
+    core.create_namespaced_config_map("default", cm, dry_run="all")
+    print("lowercase dry run accepted")
+except ApiException as e:
+    print("lowercase dry run", e.status)
+
+pod = client.V1Pod(
+    metadata=client.V1ObjectMeta(name="web"),
+    spec=client.V1PodSpec(containers=[client.V1Container(name="web", image="nginx")]),
+)
+core.create_namespaced_pod("default", pod)
+found = core.list_namespaced_pod("default", field_selector="spec.restartPolicy=Always")
+print("defaulted", [p.metadata.name for p in found.items], found.items[0].spec.dns_policy)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_reads_names_with_colons_dry_runs_and_defaulted_fields() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
+    let script = dir.path().join("probe.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(python())
+            .arg(&script)
+            .arg(&kubeconfig)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python client finished within a minute")
+    .expect("python starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the Python client failed:\n{stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "role system:probe:reader ['get']",
+            "after delete 404",
+            "dry run 404",
+            "lowercase dry run 422",
+            "defaulted ['web'] ClusterFirst",
+        ],
+        "{stderr}"
+    );
+}
