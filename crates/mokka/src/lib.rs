@@ -7,11 +7,13 @@
 
 pub mod allocate;
 pub mod api;
+pub mod controller;
 mod error;
 pub mod fixtures;
 pub mod identity;
 pub mod inventory;
 pub mod limits;
+pub mod plan;
 pub mod policy;
 pub mod profile;
 pub mod quantity;

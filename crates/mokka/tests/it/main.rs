@@ -2,3 +2,4 @@
 
 mod crds;
 mod examples;
+mod mokka_e2e;

@@ -1,0 +1,1 @@
+//! Report 5.2: standby, caches and promotion.
