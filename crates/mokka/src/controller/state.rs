@@ -72,6 +72,9 @@ impl CleanupBook {
     }
 }
 
+/// The cluster plan and the allocation revision it was computed at.
+type CachedPlan = ((u64, u64), Arc<ClusterPlan>);
+
 pub(crate) struct Context {
     pub client: kube::Client,
     pub options: Options,
@@ -85,7 +88,7 @@ pub(crate) struct Context {
     pub catalog: Mutex<NodeCatalog>,
     /// Bumped by every inventory, profile and rack event.
     pub topology: AtomicU64,
-    plan: Mutex<Option<((u64, u64), Arc<ClusterPlan>)>>,
+    plan: Mutex<Option<CachedPlan>>,
     pub cleanup: Mutex<CleanupBook>,
     outcomes: Mutex<HashMap<(String, i32), Outcome>>,
     pub results: Mutex<HashMap<String, RackResult>>,
