@@ -23,6 +23,8 @@ pub struct Cli {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines (`plain` is upstream Mokka's name for it).
+    #[value(alias = "plain")]
     Text,
     Json,
 }
@@ -39,16 +41,9 @@ pub enum Command {
     Gpuid(GpuidCommand),
     /// The Kubeflow TFJob operator (kubeflow.org/v1), or `tfjob convert`.
     Tfjob(crate::commands::tfjob::TfjobArgs),
-    /// Simulated-GPU racks (Mokka).
-    #[command(subcommand)]
-    Mokka(MokkaCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum MokkaCommand {
-    /// Print the SGPURacks the controller would create for the profiles and
-    /// inventories in some manifests (or the errors it would report).
-    Render(crate::commands::mokka_render::RenderArgs),
+    /// The Mokka simulated-GPU control plane (upstream's control-plane
+    /// flags), or `mokka render`.
+    Mokka(crate::commands::mokka::MokkaArgs),
 }
 
 #[derive(Debug, Args)]
