@@ -269,6 +269,11 @@ impl MokkaController {
             .map_or(0, |queues| queues.depth())
     }
 
+    /// The cached rack `name` (served from the cache on every replica).
+    pub fn cached_rack(&self, name: &str) -> Option<Arc<SGPURack>> {
+        self.context.racks.get(name)
+    }
+
     /// The latest projection outcome of a rack slot.
     pub fn outcome(&self, rack: &str, node_index: i32) -> Option<Outcome> {
         self.context.outcome(rack, node_index)

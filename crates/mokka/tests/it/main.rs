@@ -3,3 +3,4 @@
 mod crds;
 mod examples;
 mod mokka_e2e;
+mod mokka_faults;

@@ -3,6 +3,8 @@
 //! `GPUFLEET_TEST_CLUSTER=real`. Tests are named after upstream's behaviour
 //! sentences (report 5.1 and 5.2).
 
+mod caches;
 mod lifecycle;
 mod replicas;
-mod support;
+mod restarts;
+pub(crate) mod support;

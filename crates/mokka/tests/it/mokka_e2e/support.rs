@@ -76,6 +76,26 @@ impl Cluster {
         }
     }
 
+    /// kube-sim whatever the lane (tests of kube-sim's fault injection).
+    pub async fn start_sim() -> Cluster {
+        // No simulated kubelet: Mokka's Nodes need none, and its Node status
+        // patches would take faults aimed at the controller's Node writes.
+        let sim = KubeSim::builder()
+            .kubelet(kube_sim::KubeletConfig::disabled())
+            .start()
+            .await
+            .expect("kube-sim starts");
+        let client = sim.client();
+        let cluster = Cluster {
+            sim: Some(sim),
+            controller_client: client.clone(),
+            client,
+        };
+        cluster.install_crds().await;
+        cluster.create_namespace(LEASE_NAMESPACE).await;
+        cluster
+    }
+
     pub fn sim(&self) -> Option<&KubeSim> {
         self.sim.as_ref()
     }
@@ -320,7 +340,16 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    eventually_within(Duration::from_secs(30), what, check).await
+}
+
+/// Polls `check` until it returns Some, at most `limit`.
+pub async fn eventually_within<T, F, Fut>(limit: Duration, what: &str, check: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(value) = check().await {
             return value;
