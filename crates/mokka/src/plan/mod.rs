@@ -10,6 +10,8 @@
 
 pub mod catalog;
 pub mod inventory;
+#[cfg(test)]
+mod inventory_tests;
 pub mod options;
 pub mod projection;
 pub mod rack;

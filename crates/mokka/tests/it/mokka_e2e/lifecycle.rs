@@ -352,3 +352,109 @@ async fn a_selector_on_a_controller_owned_label_is_not_accepted_and_keeps_the_la
     );
     replica.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_profile_is_reported_in_status_and_programming_follows_its_creation() {
+    let cluster = Cluster::start().await;
+    cluster.create_node("node-a", "missing").await;
+    cluster.create_inventory("inv", "later", 1, "missing").await;
+    let replica = cluster.start_leader("replica-a").await;
+    let resolved = eventually("ResolvedRefs=False ProfileNotFound", || async {
+        condition(
+            &cluster.inventories().get("inv").await.unwrap(),
+            "ResolvedRefs",
+        )
+        .filter(|c| c.1 == "ProfileNotFound")
+    })
+    .await;
+    assert_eq!(resolved.2, "One or more referenced profiles are missing.");
+    let programmed = condition(
+        &cluster.inventories().get("inv").await.unwrap(),
+        "Programmed",
+    )
+    .unwrap();
+    assert_eq!(
+        (programmed.1.as_str(), programmed.2.as_str()),
+        (
+            "ReferencesUnresolved",
+            "Programming is blocked by unresolved profiles."
+        )
+    );
+    assert!(
+        cluster
+            .racks()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    cluster.create_profile("later", 1, 1).await;
+    eventually(
+        "the inventory to be Programmed once the profile exists",
+        || async {
+            condition(
+                &cluster.inventories().get("inv").await.unwrap(),
+                "Programmed",
+            )
+            .filter(|c| c.0 == "True")
+        },
+    )
+    .await;
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_beyond_capacity_are_pending_and_reported_with_a_capacity_exhausted_event() {
+    let cluster = Cluster::start().await;
+    cluster.create_profile("one-node", 1, 1).await;
+    for name in ["node-a", "node-b", "node-c"] {
+        cluster.create_node(name, "full").await;
+    }
+    let inventory = cluster.create_inventory("inv", "one-node", 2, "full").await;
+    let uid = inventory.uid().unwrap();
+    let replica = cluster.start_leader("replica-a").await;
+    let requests = eventually("RequestsSatisfied=False PendingNodes", || async {
+        condition(
+            &cluster.inventories().get("inv").await.unwrap(),
+            "RequestsSatisfied",
+        )
+        .filter(|c| c.1 == "PendingNodes")
+    })
+    .await;
+    assert_eq!(requests.2, "1 requested Nodes are pending capacity.");
+    let usage = eventually("usage to count the pending Node", || async {
+        let usage = cluster
+            .inventories()
+            .get("inv")
+            .await
+            .unwrap()
+            .status?
+            .usage?;
+        (usage.allocated_nodes == 2).then_some(usage)
+    })
+    .await;
+    assert_eq!(
+        (
+            usage.requested_nodes,
+            usage.pending_nodes,
+            usage.available_nodes
+        ),
+        (3, 1, 0)
+    );
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(cluster.client.clone(), "default");
+    eventually("a CapacityExhausted event about the inventory", || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items
+            .iter()
+            .any(|event| {
+                event.reason.as_deref() == Some("CapacityExhausted")
+                    && event.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
+            })
+            .then_some(())
+    })
+    .await;
+    replica.stop().await;
+}
