@@ -5,6 +5,7 @@ mod commands;
 mod gpuid_run;
 mod logging;
 mod sim;
+mod throttle;
 
 use clap::{CommandFactory, FromArgMatches};
 

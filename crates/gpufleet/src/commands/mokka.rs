@@ -47,7 +47,12 @@ pub struct RunArgs {
     #[arg(long, env = "MOKKA_CP_LISTEN_ADDR", default_value = ":8080")]
     pub listen_addr: String,
     /// How long the HTTP server may drain on SIGINT/SIGTERM.
-    #[arg(long, env = "MOKKA_CP_SHUTDOWN_TIMEOUT", default_value = "5s")]
+    #[arg(
+        long,
+        env = "MOKKA_CP_SHUTDOWN_TIMEOUT",
+        default_value = "5s",
+        allow_hyphen_values = true
+    )]
     pub shutdown_timeout: String,
     /// Kubeconfig file; empty means the in-cluster configuration (then KUBECONFIG).
     #[arg(long, env = "MOKKA_CP_KUBECONFIG", default_value = "")]
@@ -63,25 +68,30 @@ pub struct RunArgs {
     )]
     pub leader_election_name: String,
     /// How long a leader's claim lasts without renewal.
-    #[arg(long, default_value = "15s")]
+    #[arg(long, default_value = "15s", allow_hyphen_values = true)]
     pub leader_election_lease_duration: String,
     /// How long the leader keeps trying to renew before it gives up.
-    #[arg(long, default_value = "10s")]
+    #[arg(long, default_value = "10s", allow_hyphen_values = true)]
     pub leader_election_renew_deadline: String,
     /// Pause between election attempts.
-    #[arg(long, default_value = "2s")]
+    #[arg(long, default_value = "2s", allow_hyphen_values = true)]
     pub leader_election_retry_period: String,
     /// Workers per queue.
     #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
     pub workers: i64,
     /// Quiet period before a status update.
-    #[arg(long, default_value = "100ms")]
+    #[arg(long, default_value = "100ms", allow_hyphen_values = true)]
     pub status_debounce: String,
     /// Longest staleness of status while changes continue.
-    #[arg(long, default_value = "1s")]
+    #[arg(long, default_value = "1s", allow_hyphen_values = true)]
     pub status_progress_interval: String,
     /// Bound of the exact GET of a Node that left the filtered cache.
-    #[arg(long, env = "MOKKA_CP_LIVE_NODE_GET_TIMEOUT", default_value = "2s")]
+    #[arg(
+        long,
+        env = "MOKKA_CP_LIVE_NODE_GET_TIMEOUT",
+        default_value = "2s",
+        allow_hyphen_values = true
+    )]
     pub live_node_get_timeout: String,
     /// Client-side request rate towards the API server.
     #[arg(long, default_value_t = 50.0, allow_negative_numbers = true)]
@@ -364,7 +374,14 @@ async fn client(config: &Config) -> anyhow::Result<kube::Client> {
         http::header::USER_AGENT,
         http::HeaderValue::from_static("mokka-control-plane"),
     ));
-    kube::Client::try_from(kube_config).context("building the Kubernetes client")
+    let builder = kube::client::ClientBuilder::try_from(kube_config)
+        .context("building the Kubernetes client")?;
+    Ok(builder
+        .with_layer(&crate::throttle::ThrottleLayer {
+            qps: config.qps,
+            burst: config.burst,
+        })
+        .build())
 }
 
 /// Runs the control plane until SIGINT/SIGTERM.
