@@ -8,8 +8,9 @@ use tracing_subscriber::EnvFilter;
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
-    /// Human-readable lines.
+    /// Human-readable lines (`plain` is upstream Mokka's name for them).
     #[default]
+    #[value(alias = "plain")]
     Text,
     /// One JSON object per line.
     Json,

@@ -43,16 +43,9 @@ pub enum Command {
     Gpuid(GpuidCommand),
     /// The Kubeflow TFJob operator (kubeflow.org/v1), or `tfjob convert`.
     Tfjob(crate::commands::tfjob::TfjobArgs),
-    /// Simulated-GPU racks (Mokka).
-    #[command(subcommand)]
-    Mokka(MokkaCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum MokkaCommand {
-    /// Print the SGPURacks the controller would create for the profiles and
-    /// inventories in some manifests (or the errors it would report).
-    Render(crate::commands::mokka_render::RenderArgs),
+    /// The Mokka simulated-GPU control plane (upstream's control-plane
+    /// flags), or `mokka render`.
+    Mokka(crate::commands::mokka::MokkaArgs),
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 //! its own module below.
 
 pub mod gpuid;
+pub mod mokka;
 pub mod mokka_render;
 pub mod tfjob;
 
@@ -14,7 +15,7 @@ use crate::cli::CrdSet;
 /// `gpufleet crds [all|mokka|tfjob]`: the generated CRDs, the same YAML as
 /// in `deploy/crds/` (a test keeps the two identical).
 pub fn print_crds(set: CrdSet) -> anyhow::Result<()> {
-    let mokka = || mokka::crds_yaml().context("rendering the Mokka CRDs");
+    let mokka = || ::mokka::crds_yaml().context("rendering the Mokka CRDs");
     let tfjob = || ::tfjob::api::crds_yaml().context("rendering the TFJob CRD");
     let yaml = match set {
         CrdSet::All => mokka()? + &tfjob()?,

@@ -5,12 +5,30 @@ mod commands;
 mod exec_rules;
 mod logging;
 mod sim;
+mod throttle;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
-    if let Err(e) = logging::init(cli.log_format, cli.log_level) {
+    let matches = cli::Cli::command().get_matches();
+    let cli = match cli::Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // `gpufleet mokka` takes upstream's log flags and variables.
+    let (log_format, log_level) = match &cli.command {
+        cli::Command::Mokka(args) if args.command.is_none() => {
+            match commands::mokka::log_settings(&matches, |name| std::env::var(name).ok()) {
+                Ok(settings) => settings,
+                Err(e) => {
+                    eprintln!("gpufleet: invalid configuration: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            }
+        }
+        _ => (cli.log_format, cli.log_level),
+    };
+    if let Err(e) = logging::init(log_format, log_level) {
         eprintln!("gpufleet: {e:#}");
         return std::process::ExitCode::from(2);
     }
@@ -44,9 +62,13 @@ fn main() -> std::process::ExitCode {
                 return Ok(commands::gpuid::run(args).await);
             }
             cli::Command::Tfjob(args) => commands::tfjob::main(args).await,
-            cli::Command::Mokka(cli::MokkaCommand::Render(args)) => {
+            cli::Command::Mokka(commands::mokka::MokkaArgs {
+                command: Some(commands::mokka::MokkaCommand::Render(args)),
+                ..
+            }) => {
                 return commands::mokka_render::run(&args);
             }
+            cli::Command::Mokka(args) => commands::mokka::run(args.run).await,
         }
         .map(|()| std::process::ExitCode::SUCCESS)
     });

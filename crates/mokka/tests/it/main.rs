@@ -2,3 +2,5 @@
 
 mod crds;
 mod examples;
+mod mokka_e2e;
+mod mokka_faults;

@@ -1,0 +1,532 @@
+//! `gpufleet mokka [FLAGS]`: the Mokka control plane, with upstream's
+//! flags and environment variables (report 3.14), so an operator switches
+//! by changing the image and the command (`control-plane ARGS` becomes
+//! `gpufleet mokka ARGS`). `gpufleet mokka render` previews racks offline.
+//!
+//! A flag beats its environment variable. Configuration errors name the
+//! flag and the rule and stop the process before it contacts the cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{ArgMatches, Args, Subcommand, parser::ValueSource};
+use controller_kit::serve::AdminServer;
+use controller_kit::telemetry::LogLevel;
+use controller_kit::{LeaderElectionConfig, telemetry};
+use mokka::controller::MokkaController;
+use mokka::plan::options::Options;
+use mokka::selector::{is_dns_label, is_dns_subdomain};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::LogFormat;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MokkaArgs {
+    #[command(subcommand)]
+    pub command: Option<MokkaCommand>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MokkaCommand {
+    /// Print the SGPURacks the controller would create for the profiles and
+    /// inventories in some manifests (or the errors it would report).
+    Render(crate::commands::mokka_render::RenderArgs),
+}
+
+/// Upstream's control-plane flags. `--log-level` and `--log-format` are
+/// gpufleet's global flags; for this command they take upstream's values
+/// and environment variables (see [`log_settings`]).
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Address of /healthz, /readyz and /metrics (`:8080` listens on every interface).
+    #[arg(long, env = "MOKKA_CP_LISTEN_ADDR", default_value = ":8080")]
+    pub listen_addr: String,
+    /// How long the HTTP server may drain on SIGINT/SIGTERM.
+    #[arg(
+        long,
+        env = "MOKKA_CP_SHUTDOWN_TIMEOUT",
+        default_value = "5s",
+        allow_hyphen_values = true
+    )]
+    pub shutdown_timeout: String,
+    /// Kubeconfig file; empty means the in-cluster configuration (then KUBECONFIG).
+    #[arg(long, env = "MOKKA_CP_KUBECONFIG", default_value = "")]
+    pub kubeconfig: String,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else "default").
+    #[arg(long, env = "MOKKA_CP_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "MOKKA_CP_LEADER_ELECTION_NAME",
+        default_value = "control-plane.mokka.nvidia.com"
+    )]
+    pub leader_election_name: String,
+    /// How long a leader's claim lasts without renewal.
+    #[arg(long, default_value = "15s", allow_hyphen_values = true)]
+    pub leader_election_lease_duration: String,
+    /// How long the leader keeps trying to renew before it gives up.
+    #[arg(long, default_value = "10s", allow_hyphen_values = true)]
+    pub leader_election_renew_deadline: String,
+    /// Pause between election attempts.
+    #[arg(long, default_value = "2s", allow_hyphen_values = true)]
+    pub leader_election_retry_period: String,
+    /// Workers per queue.
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
+    pub workers: i64,
+    /// Quiet period before a status update.
+    #[arg(long, default_value = "100ms", allow_hyphen_values = true)]
+    pub status_debounce: String,
+    /// Longest staleness of status while changes continue.
+    #[arg(long, default_value = "1s", allow_hyphen_values = true)]
+    pub status_progress_interval: String,
+    /// Bound of the exact GET of a Node that left the filtered cache.
+    #[arg(
+        long,
+        env = "MOKKA_CP_LIVE_NODE_GET_TIMEOUT",
+        default_value = "2s",
+        allow_hyphen_values = true
+    )]
+    pub live_node_get_timeout: String,
+    /// Client-side request rate towards the API server.
+    #[arg(long, default_value_t = 50.0, allow_negative_numbers = true)]
+    pub kube_api_qps: f64,
+    /// Client-side request burst towards the API server.
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true)]
+    pub kube_api_burst: i64,
+    /// Accepted for compatibility with upstream's chart; no gate exists yet.
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+}
+
+/// A Go duration ("1m30s", "100ms", "-1s"), in nanoseconds.
+pub fn parse_go_duration(text: &str) -> Result<i128, String> {
+    let original = text;
+    let (negative, mut rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if rest == "0" {
+        return Ok(0);
+    }
+    if rest.is_empty() {
+        return Err(format!("invalid duration {original:?}"));
+    }
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("missing unit in duration {original:?}"))?;
+        let (number, tail) = rest.split_at(number_end);
+        let value: f64 = number
+            .parse()
+            .map_err(|_| format!("invalid duration {original:?}"))?;
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_end);
+        let scale = match unit {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(format!("unknown unit {unit:?} in duration {original:?}")),
+        };
+        total += value * scale;
+        rest = tail;
+    }
+    let nanos = total.round() as i128;
+    Ok(if negative { -nanos } else { nanos })
+}
+
+/// The validated configuration of one replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub shutdown_timeout: Duration,
+    pub kubeconfig: Option<PathBuf>,
+    pub election: LeaderElectionConfig,
+    pub options: Options,
+    pub qps: f64,
+    pub burst: u32,
+}
+
+/// A configuration error naming the flag and the rule.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid configuration ({flags}): {rule}")]
+pub struct ConfigError {
+    pub flags: &'static str,
+    pub rule: String,
+}
+
+fn error(flags: &'static str, rule: impl Into<String>) -> ConfigError {
+    ConfigError {
+        flags,
+        rule: rule.into(),
+    }
+}
+
+fn duration(flag: &'static str, text: &str) -> Result<i128, ConfigError> {
+    parse_go_duration(text).map_err(|message| error(flag, message))
+}
+
+fn to_std(nanos: i128) -> Duration {
+    Duration::from_nanos(u64::try_from(nanos.max(0)).unwrap_or(u64::MAX))
+}
+
+/// `":8080"` listens on every interface, as Go's net/http.
+fn listen_address(text: &str) -> Result<SocketAddr, ConfigError> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_string()
+    };
+    full.parse().map_err(|_| {
+        error(
+            "--listen-addr",
+            format!("{text:?} is not a host:port address"),
+        )
+    })
+}
+
+impl Config {
+    /// Upstream's validation rules, in upstream's order.
+    pub fn from_args(args: &RunArgs, pod_namespace: Option<String>) -> Result<Config, ConfigError> {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or(pod_namespace.filter(|ns| !ns.is_empty()))
+            .unwrap_or_else(|| "default".to_string());
+        let name = args.leader_election_name.clone();
+        let election_flags = "--leader-election-namespace, --leader-election-name";
+        if namespace.is_empty() || name.is_empty() {
+            return Err(error(
+                election_flags,
+                "leader-election namespace and name must not be empty",
+            ));
+        }
+        if !is_dns_subdomain(&name) {
+            return Err(error(
+                "--leader-election-name",
+                format!("leader-election name {name:?} must be a DNS-1123 subdomain"),
+            ));
+        }
+        if !is_dns_label(&namespace) {
+            return Err(error(
+                "--leader-election-namespace",
+                format!("leader-election namespace {namespace:?} must be a DNS-1123 label"),
+            ));
+        }
+        let debounce = duration("--status-debounce", &args.status_debounce)?;
+        let progress = duration("--status-progress-interval", &args.status_progress_interval)?;
+        let live = duration("--live-node-get-timeout", &args.live_node_get_timeout)?;
+        if args.workers < 1 || live <= 0 || debounce < 0 || progress < 0 {
+            return Err(error(
+                "--workers, --live-node-get-timeout, --status-debounce, --status-progress-interval",
+                "workers and live Node GET timeout must be positive and status intervals non-negative",
+            ));
+        }
+        let options = Options {
+            workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+            status_debounce: to_std(debounce),
+            status_progress_interval: to_std(progress),
+            live_node_get_timeout: to_std(live),
+        };
+        options.validate().map_err(|e| {
+            error(
+                "--status-debounce, --status-progress-interval",
+                e.to_string(),
+            )
+        })?;
+        let lease = duration(
+            "--leader-election-lease-duration",
+            &args.leader_election_lease_duration,
+        )?;
+        let renew = duration(
+            "--leader-election-renew-deadline",
+            &args.leader_election_renew_deadline,
+        )?;
+        let retry = duration(
+            "--leader-election-retry-period",
+            &args.leader_election_retry_period,
+        )?;
+        let durations = "--leader-election-lease-duration, --leader-election-renew-deadline, --leader-election-retry-period";
+        if !(retry > 0 && lease > renew && (renew as f64) > (retry as f64) * 1.2) {
+            return Err(error(
+                durations,
+                "leader-election durations must satisfy lease > renew > retry*jitter",
+            ));
+        }
+        let qps_positive = args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0;
+        if !qps_positive || args.kube_api_burst < 1 {
+            return Err(error(
+                "--kube-api-qps, --kube-api-burst",
+                "kubernetes API QPS and burst must be positive",
+            ));
+        }
+        let mut election = LeaderElectionConfig::new(namespace, name);
+        election.lease_duration = to_std(lease);
+        election.renew_deadline = to_std(renew);
+        election.retry_period = to_std(retry);
+        election
+            .validate()
+            .map_err(|e| error(durations, e.to_string()))?;
+        let shutdown = duration("--shutdown-timeout", &args.shutdown_timeout)?;
+        if shutdown < 0 {
+            return Err(error(
+                "--shutdown-timeout",
+                "the shutdown timeout must not be negative",
+            ));
+        }
+        Ok(Config {
+            listen: listen_address(&args.listen_addr)?,
+            shutdown_timeout: to_std(shutdown),
+            kubeconfig: (!args.kubeconfig.is_empty()).then(|| PathBuf::from(&args.kubeconfig)),
+            election,
+            options,
+            qps: args.kube_api_qps,
+            burst: u32::try_from(args.kube_api_burst).unwrap_or(u32::MAX),
+        })
+    }
+}
+
+/// Upstream's log level words: debug, info, warn (or warning), error; empty is info.
+pub fn upstream_log_level(source: &str, value: &str) -> Result<&'static str, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "info" => Ok("info"),
+        "debug" => Ok("debug"),
+        "warn" | "warning" => Ok("warn"),
+        "error" => Ok("error"),
+        other => Err(format!(
+            "{source}={other:?}: the log level must be debug, info, warn or error"
+        )),
+    }
+}
+
+/// Upstream's log formats: json (the default, also when empty) or plain.
+pub fn upstream_log_format(source: &str, value: &str) -> Result<LogFormat, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "json" => Ok(LogFormat::Json),
+        "plain" | "text" => Ok(LogFormat::Text),
+        other => Err(format!(
+            "{source}={other:?}: the log format must be json or plain"
+        )),
+    }
+}
+
+/// The logging of `gpufleet mokka`: the flag when given, else
+/// MOKKA_LOG_FORMAT / MOKKA_LOG_LEVEL (then MOKKA_CP_LOG_LEVEL, the older
+/// name), else json and info.
+pub fn log_settings(
+    matches: &ArgMatches,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(LogFormat, LogLevel), String> {
+    let from_command_line = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    let format = if from_command_line("log_format") {
+        matches
+            .get_one::<LogFormat>("log_format")
+            .copied()
+            .unwrap_or(LogFormat::Json)
+    } else {
+        upstream_log_format(
+            "MOKKA_LOG_FORMAT",
+            &env("MOKKA_LOG_FORMAT").unwrap_or_default(),
+        )?
+    };
+    let level = if from_command_line("log_level") {
+        // The global flag's own parser has already read the value.
+        let level = matches
+            .get_one::<LogLevel>("log_level")
+            .copied()
+            .unwrap_or(LogLevel::Info);
+        return Ok((format, level));
+    } else if let Some(value) = env("MOKKA_LOG_LEVEL") {
+        upstream_log_level("MOKKA_LOG_LEVEL", &value)?
+    } else {
+        upstream_log_level(
+            "MOKKA_CP_LOG_LEVEL",
+            &env("MOKKA_CP_LOG_LEVEL").unwrap_or_default(),
+        )?
+    };
+    LogLevel::parse(level)
+        .map(|level| (format, level))
+        .ok_or_else(|| format!("log level {level:?} is not one of {}", LogLevel::ACCEPTED))
+}
+
+async fn client(config: &Config) -> anyhow::Result<kube::Client> {
+    let mut kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {} (--kubeconfig)", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no cluster configuration: run in a Pod, or pass --kubeconfig")?,
+    };
+    kube_config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static("mokka-control-plane"),
+    ));
+    let builder = kube::client::ClientBuilder::try_from(kube_config)
+        .context("building the Kubernetes client")?;
+    Ok(builder
+        .with_layer(&crate::throttle::ThrottleLayer {
+            qps: config.qps,
+            burst: config.burst,
+        })
+        .build())
+}
+
+/// Runs the control plane until SIGINT/SIGTERM.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = Config::from_args(&args, std::env::var("POD_NAMESPACE").ok())?;
+    if !args.feature_gates.is_empty() {
+        tracing::warn!(gates = %args.feature_gates, "--feature-gates has no gates yet; ignored");
+    }
+    let client = client(&config).await?;
+    let controller = Arc::new(MokkaController::new(client, config.options)?);
+    let shutdown = CancellationToken::new();
+    tokio::spawn(telemetry::cancel_on_signal(shutdown.clone()));
+    let admin = AdminServer::new(controller.readiness(), controller.registry());
+    let server_stop = CancellationToken::new();
+    let mut server = tokio::spawn(admin.bind_and_serve(config.listen, server_stop.clone()));
+    tracing::info!(listen = %config.listen, lease = %format!("{}/{}", config.election.namespace, config.election.name), "starting Mokka control plane");
+    let controller_run = Arc::clone(&controller).run(config.election.clone(), shutdown.clone());
+    // The server and the controller stop together: either one ending stops the other.
+    let result = tokio::select! {
+        result = controller_run => result.map_err(anyhow::Error::from),
+        served = &mut server => {
+            shutdown.cancel();
+            match served {
+                Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP server stopped")),
+                Ok(Err(error)) => Err(anyhow::Error::from(error).context("serving --listen-addr")),
+                Err(error) => Err(anyhow::anyhow!("the HTTP server task failed: {error}")),
+            }
+        }
+    };
+    server_stop.cancel();
+    if tokio::time::timeout(config.shutdown_timeout, &mut server)
+        .await
+        .is_err()
+    {
+        tracing::warn!(timeout = ?config.shutdown_timeout, "HTTP server did not drain in time");
+        server.abort();
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Probe {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["mokka"];
+        argv.extend_from_slice(extra);
+        Probe::try_parse_from(argv).unwrap().run
+    }
+
+    #[test]
+    fn default_config_values() {
+        let config = Config::from_args(&args(&[]), None).unwrap();
+        assert_eq!(config.listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(config.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(config.kubeconfig, None);
+        assert_eq!(config.election.namespace, "default");
+        assert_eq!(config.election.name, "control-plane.mokka.nvidia.com");
+        assert_eq!(config.election.lease_duration, Duration::from_secs(15));
+        assert_eq!(config.election.renew_deadline, Duration::from_secs(10));
+        assert_eq!(config.election.retry_period, Duration::from_secs(2));
+        assert_eq!(config.options, Options::default());
+        assert_eq!((config.qps, config.burst), (50.0, 100));
+        let in_pod = Config::from_args(&args(&[]), Some("mokka-system".into())).unwrap();
+        assert_eq!(in_pod.election.namespace, "mokka-system");
+    }
+
+    #[test]
+    fn config_validation_cases() {
+        let rule = |extra: &[&str]| Config::from_args(&args(extra), None).unwrap_err().rule;
+        assert_eq!(
+            rule(&["--leader-election-name", ""]),
+            "leader-election namespace and name must not be empty"
+        );
+        assert_eq!(
+            rule(&["--leader-election-namespace", ""]),
+            "leader-election namespace and name must not be empty"
+        );
+        let positive =
+            "workers and live Node GET timeout must be positive and status intervals non-negative";
+        assert_eq!(rule(&["--workers", "0"]), positive);
+        assert_eq!(rule(&["--status-debounce", "-1s"]), positive);
+        assert_eq!(rule(&["--status-progress-interval", "-1ms"]), positive);
+        assert_eq!(rule(&["--live-node-get-timeout", "0"]), positive);
+        assert_eq!(
+            rule(&[
+                "--status-debounce",
+                "2s",
+                "--status-progress-interval",
+                "1s"
+            ]),
+            "status progress interval must not be shorter than status debounce"
+        );
+        let lease = "leader-election durations must satisfy lease > renew > retry*jitter";
+        assert_eq!(rule(&["--leader-election-lease-duration", "10s"]), lease);
+        assert_eq!(rule(&["--leader-election-retry-period", "-2s"]), lease);
+        assert_eq!(
+            rule(&["--kube-api-qps", "0"]),
+            "kubernetes API QPS and burst must be positive"
+        );
+        assert_eq!(
+            rule(&["--kube-api-burst", "0"]),
+            "kubernetes API QPS and burst must be positive"
+        );
+        let error = Config::from_args(&args(&["--workers", "0"]), None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--workers"), "{error}");
+        assert!(rule(&["--leader-election-name", "Not_A_Name"]).contains("DNS-1123 subdomain"));
+    }
+
+    #[test]
+    fn go_durations_parse_like_go() {
+        assert_eq!(parse_go_duration("1m30s").unwrap(), 90_000_000_000);
+        assert_eq!(parse_go_duration("100ms").unwrap(), 100_000_000);
+        assert_eq!(parse_go_duration("1.5h").unwrap(), 5_400_000_000_000);
+        assert_eq!(parse_go_duration("-1s").unwrap(), -1_000_000_000);
+        assert_eq!(parse_go_duration("0").unwrap(), 0);
+        assert!(parse_go_duration("5").is_err());
+        assert!(parse_go_duration("5d").is_err());
+    }
+
+    #[test]
+    fn logger_levels_follow_upstream_words() {
+        assert_eq!(upstream_log_level("x", ""), Ok("info"));
+        assert_eq!(upstream_log_level("x", "warning"), Ok("warn"));
+        assert_eq!(upstream_log_level("x", "DEBUG"), Ok("debug"));
+        assert!(
+            upstream_log_level("MOKKA_LOG_LEVEL", "trace")
+                .unwrap_err()
+                .contains("MOKKA_LOG_LEVEL")
+        );
+        assert_eq!(upstream_log_format("x", ""), Ok(LogFormat::Json));
+        assert_eq!(upstream_log_format("x", "plain"), Ok(LogFormat::Text));
+        assert!(upstream_log_format("MOKKA_LOG_FORMAT", "xml").is_err());
+    }
+}

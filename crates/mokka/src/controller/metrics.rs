@@ -1,0 +1,132 @@
+//! The controller's Prometheus metrics (upstream has none): reconciles per
+//! controller, allocation per inventory, projection conflicts.
+
+use controller_kit::MetricsRegistry;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
+type Labels = Vec<(String, String)>;
+
+/// Every metric the reconcilers update.
+#[derive(Clone)]
+pub struct Metrics {
+    pub reconciles: Family<Labels, Counter>,
+    pub reconcile_errors: Family<Labels, Counter>,
+    pub reconcile_duration: Family<Labels, Histogram>,
+    pub bound: Family<Labels, Gauge>,
+    pub pending: Family<Labels, Gauge>,
+    pub released: Family<Labels, Gauge>,
+    pub capacity: Family<Labels, Gauge>,
+    pub projection_conflicts: Counter,
+    pub rack_writes: Family<Labels, Counter>,
+    pub node_patches: Counter,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
+}
+
+impl Metrics {
+    /// Registers every metric in `registry`.
+    pub fn register(registry: &MetricsRegistry) -> Metrics {
+        let metrics = Metrics {
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(duration_histogram),
+            bound: Family::default(),
+            pending: Family::default(),
+            released: Family::default(),
+            capacity: Family::default(),
+            projection_conflicts: Counter::default(),
+            rack_writes: Family::default(),
+            node_patches: Counter::default(),
+        };
+        let mut r = registry.write();
+        r.register(
+            "mokka_reconcile",
+            "Reconciles per controller",
+            metrics.reconciles.clone(),
+        );
+        r.register(
+            "mokka_reconcile_errors",
+            "Failed reconciles per controller",
+            metrics.reconcile_errors.clone(),
+        );
+        r.register(
+            "mokka_reconcile_duration_seconds",
+            "Reconcile duration per controller",
+            metrics.reconcile_duration.clone(),
+        );
+        r.register(
+            "mokka_allocation_bound_nodes",
+            "Bound rack slots per inventory",
+            metrics.bound.clone(),
+        );
+        r.register(
+            "mokka_allocation_pending_nodes",
+            "Nodes waiting for capacity per inventory",
+            metrics.pending.clone(),
+        );
+        r.register(
+            "mokka_allocation_released_nodes",
+            "Bindings waiting for cleanup per inventory",
+            metrics.released.clone(),
+        );
+        r.register(
+            "mokka_allocation_capacity_nodes",
+            "Logical Node capacity per inventory",
+            metrics.capacity.clone(),
+        );
+        r.register(
+            "mokka_projection_conflicts",
+            "Node projections refused because another manager owns a key",
+            metrics.projection_conflicts.clone(),
+        );
+        r.register(
+            "mokka_rack_writes",
+            "Rack creates, updates and deletes",
+            metrics.rack_writes.clone(),
+        );
+        r.register(
+            "mokka_node_patches",
+            "Node projection applies",
+            metrics.node_patches.clone(),
+        );
+        metrics
+    }
+
+    pub(crate) fn label(key: &str, value: &str) -> Labels {
+        vec![(key.to_string(), value.to_string())]
+    }
+
+    pub(crate) fn observe(&self, controller: &str, seconds: f64, ok: bool) {
+        let labels = Self::label("controller", controller);
+        self.reconciles.get_or_create(&labels).inc();
+        if !ok {
+            self.reconcile_errors.get_or_create(&labels).inc();
+        }
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
+    pub(crate) fn rack_write(&self, verb: &str) {
+        self.rack_writes
+            .get_or_create(&Self::label("verb", verb))
+            .inc();
+    }
+
+    /// Total rack writes (all verbs), for tests and benchmarks.
+    pub fn rack_write_count(&self) -> u64 {
+        ["create", "update", "delete"]
+            .iter()
+            .map(|verb| {
+                self.rack_writes
+                    .get_or_create(&Self::label("verb", verb))
+                    .get()
+            })
+            .sum()
+    }
+}

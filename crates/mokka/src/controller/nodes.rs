@@ -1,0 +1,148 @@
+//! The Node side of the caches: the server-side eligibility selector, the
+//! transform that keeps only what Mokka reads, and the live GET bounded by
+//! `LiveNodeGetTimeout` and a semaphore (upstream 3.2).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{ANNOTATION_SGPU_ASSIGNMENT, LABEL_SGPU_NODE};
+use crate::plan::projection::compact_managed_fields;
+
+/// The server-side label selector of the Node watch: only eligible Nodes
+/// are ever listed or watched.
+pub fn node_selector() -> String {
+    format!("{LABEL_SGPU_NODE}=true")
+}
+
+/// Keeps name, uid, resourceVersion, creation and deletion timestamps,
+/// labels, the assignment annotation, and managedFields compacted to the
+/// three projected keys. Spec and status are never cached, so Node spec or
+/// status updates cost only this transform.
+pub fn transform_node(node: &mut Node) {
+    node.spec = None;
+    node.status = None;
+    let meta = &mut node.metadata;
+    meta.annotations = meta.annotations.take().and_then(|annotations| {
+        let kept: std::collections::BTreeMap<String, String> = annotations
+            .into_iter()
+            .filter(|(key, _)| key == ANNOTATION_SGPU_ASSIGNMENT)
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
+    meta.managed_fields = meta
+        .managed_fields
+        .take()
+        .map(|entries| compact_managed_fields(&entries))
+        .filter(|entries| !entries.is_empty());
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    meta.generation = None;
+}
+
+/// Why a live Node lookup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveNodeError {
+    #[error("live GET of Node {name:?} timed out after {timeout:?}")]
+    Timeout { name: String, timeout: Duration },
+    #[error("live GET of Node {name:?} was cancelled")]
+    Cancelled { name: String },
+    #[error("live GET of Node {name:?}: {source}")]
+    Api {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Exact GETs of Nodes that are not in the filtered cache, bounded in time
+/// and concurrency.
+pub struct LiveNodes {
+    api: Api<Node>,
+    slots: Semaphore,
+    timeout: Duration,
+}
+
+impl LiveNodes {
+    pub fn new(client: kube::Client, workers: usize, timeout: Duration) -> Self {
+        Self {
+            api: Api::all(client),
+            slots: Semaphore::new(workers.max(1)),
+            timeout,
+        }
+    }
+
+    /// `GET nodes/<name>` under `min(cancel, timeout)`, waiting for a slot
+    /// within the same deadline. `Ok(None)` when the Node does not exist.
+    /// The deadline holds even if the client ignored it: the request future
+    /// is dropped when it fires.
+    pub async fn get(
+        &self,
+        name: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Node>, LiveNodeError> {
+        let work = async {
+            let _slot = self.slots.acquire().await;
+            self.api.get_opt(name).await
+        };
+        tokio::select! {
+            () = cancel.cancelled() => Err(LiveNodeError::Cancelled { name: name.to_string() }),
+            result = tokio::time::timeout(self.timeout, work) => match result {
+                Err(_) => Err(LiveNodeError::Timeout { name: name.to_string(), timeout: self.timeout }),
+                Ok(Err(source)) => Err(LiveNodeError::Api { name: name.to_string(), source }),
+                Ok(Ok(node)) => Ok(node.map(|mut node| { transform_node(&mut node); node })),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+    use kube::api::ObjectMeta;
+
+    #[test]
+    fn compact_node_transform_drops_spec_status_and_foreign_annotations() {
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                uid: Some("u".into()),
+                annotations: Some(
+                    [
+                        ("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string()),
+                        (ANNOTATION_SGPU_ASSIGNMENT.to_string(), "{}".to_string()),
+                    ]
+                    .into_iter()
+                    .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some("kwok://n".into()),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus::default()),
+        };
+        transform_node(&mut node);
+        assert!(node.spec.is_none() && node.status.is_none());
+        assert_eq!(
+            node.metadata
+                .annotations
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            [ANNOTATION_SGPU_ASSIGNMENT]
+        );
+        assert_eq!(node.metadata.uid.as_deref(), Some("u"));
+    }
+
+    #[test]
+    fn the_server_side_node_selector_is_the_eligibility_label() {
+        assert_eq!(node_selector(), "mokka.nvidia.com/sgpu-node=true");
+    }
+}

@@ -1,0 +1,221 @@
+//! Event routing (upstream 3.13).
+//!
+//! Process-lifetime handlers keep the Node catalog and the topology counter
+//! current on every replica, leader or not. Write-side handlers exist only
+//! while leading; attaching them replays every cached object, so work
+//! observed while standby is done after promotion.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use controller_kit::ObjectEvent;
+use k8s_openapi::api::core::v1::Node;
+use parking_lot::Mutex;
+
+use super::state::Context;
+use super::{INDEX_NODE_NAME, Queues};
+use crate::api::{SGPUInventory, SGPURack, SGPURackProfile};
+use crate::plan::catalog::CatalogNode;
+use crate::plan::rack::controller_owner;
+
+/// Catalog and topology upkeep, attached once for the process lifetime.
+pub(crate) fn attach_process_handlers(context: &Arc<Context>) {
+    let weak = Arc::downgrade(context);
+    context
+        .nodes
+        .attach(Arc::new(move |event: &ObjectEvent<Node>| {
+            let Some(context) = weak.upgrade() else {
+                return;
+            };
+            let mut catalog = context.catalog.lock();
+            match event {
+                ObjectEvent::Applied(node) => {
+                    catalog.upsert(node);
+                }
+                ObjectEvent::Deleted(node) => {
+                    catalog.delete(
+                        node.metadata.name.as_deref().unwrap_or_default(),
+                        node.metadata.uid.as_deref().unwrap_or_default(),
+                    );
+                }
+            }
+        }));
+    let bump = |context: &Arc<Context>| {
+        let weak = Arc::downgrade(context);
+        move || {
+            if let Some(context) = weak.upgrade() {
+                context.topology.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    };
+    let on_inventory = bump(context);
+    context
+        .inventories
+        .attach(Arc::new(move |_: &ObjectEvent<SGPUInventory>| {
+            on_inventory()
+        }));
+    let on_profile = bump(context);
+    context
+        .profiles
+        .attach(Arc::new(move |_: &ObjectEvent<SGPURackProfile>| {
+            on_profile()
+        }));
+    let on_rack = bump(context);
+    let weak = Arc::downgrade(context);
+    context
+        .racks
+        .attach(Arc::new(move |event: &ObjectEvent<SGPURack>| {
+            on_rack();
+            if let (ObjectEvent::Deleted(rack), Some(context)) = (event, weak.upgrade()) {
+                context.forget_rack(rack.metadata.name.as_deref().unwrap_or_default());
+            }
+        }));
+}
+
+/// A detach function per attached handler, in attachment order.
+pub(crate) type Detach = Box<dyn FnOnce() + Send>;
+
+/// Attaches the write-side handlers; each replays its whole store.
+pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues>) -> Vec<Detach> {
+    let mut detach: Vec<Detach> = Vec::new();
+
+    // Inventories: the inventory and its status.
+    {
+        let queues = Arc::clone(queues);
+        let id = context
+            .inventories
+            .attach(Arc::new(move |event: &ObjectEvent<SGPUInventory>| {
+                let name = event.object().metadata.name.clone().unwrap_or_default();
+                queues.inventory(&name);
+                queues.inventory_status(&name);
+            }));
+        let store = context.inventories.clone();
+        detach.push(Box::new(move || store.detach(id)));
+    }
+
+    // Profiles: every inventory that references the profile.
+    {
+        let queues = Arc::clone(queues);
+        let inventories = context.inventories.clone();
+        let id = context
+            .profiles
+            .attach(Arc::new(move |event: &ObjectEvent<SGPURackProfile>| {
+                let profile = event.object().metadata.name.clone().unwrap_or_default();
+                for inventory in inventories.state() {
+                    if inventory
+                        .spec
+                        .rack_groups
+                        .iter()
+                        .any(|group| group.profile_ref.name == profile)
+                    {
+                        let name = inventory.metadata.name.clone().unwrap_or_default();
+                        queues.inventory(&name);
+                        queues.inventory_status(&name);
+                    }
+                }
+            }));
+        let store = context.profiles.clone();
+        detach.push(Box::new(move || store.detach(id)));
+    }
+
+    // Racks: the owning and claiming inventories, projections of bound
+    // Nodes, rack and inventory status.
+    {
+        let queues = Arc::clone(queues);
+        let weak = Arc::downgrade(context);
+        let id = context
+            .racks
+            .attach(Arc::new(move |event: &ObjectEvent<SGPURack>| {
+                let Some(context) = weak.upgrade() else {
+                    return;
+                };
+                let rack = event.object();
+                let name = rack.metadata.name.clone().unwrap_or_default();
+                let mut inventories = vec![rack.spec.inventory_ref.name.clone()];
+                if let Some(owner) = controller_owner(rack) {
+                    inventories.push(owner.name.clone());
+                }
+                if let Some(claimant) = context.claims.lock().get(&name) {
+                    inventories.push(claimant.clone());
+                }
+                inventories.sort();
+                inventories.dedup();
+                for inventory in inventories.iter().filter(|name| !name.is_empty()) {
+                    queues.inventory(inventory);
+                    queues.inventory_status(inventory);
+                }
+                for slot in &rack.spec.nodes {
+                    if let Some(node) = &slot.node_ref {
+                        queues.project(&node.name);
+                    }
+                }
+                if let ObjectEvent::Applied(_) = event {
+                    observe_rack_status(&context, rack);
+                    queues.rack_status(&name);
+                }
+            }));
+        let store = context.racks.clone();
+        detach.push(Box::new(move || store.detach(id)));
+    }
+
+    // Nodes: projection of the Node, status of racks bound to it, and the
+    // inventories only when an allocation-relevant field changed (our own
+    // projection does not wake the rack reconciler).
+    {
+        let queues = Arc::clone(queues);
+        let weak = Arc::downgrade(context);
+        let last_seen: Mutex<HashMap<String, CatalogNode>> = Mutex::new(HashMap::new());
+        let id = context
+            .nodes
+            .attach(Arc::new(move |event: &ObjectEvent<Node>| {
+                let Some(context) = weak.upgrade() else {
+                    return;
+                };
+                let node = event.object();
+                let name = node.metadata.name.clone().unwrap_or_default();
+                queues.project(&name);
+                let record = CatalogNode::from_node(node);
+                let relevant = {
+                    let mut seen = last_seen.lock();
+                    match event {
+                        ObjectEvent::Applied(_) => {
+                            seen.insert(name.clone(), record.clone()).as_ref() != Some(&record)
+                        }
+                        ObjectEvent::Deleted(_) => {
+                            seen.remove(&name);
+                            true
+                        }
+                    }
+                };
+                for rack in context.racks.by_index(INDEX_NODE_NAME, &name) {
+                    queues.rack_status(rack.metadata.name.as_deref().unwrap_or_default());
+                    queues.inventory_status(&rack.spec.inventory_ref.name);
+                    if relevant {
+                        queues.inventory(&rack.spec.inventory_ref.name);
+                    }
+                }
+                if relevant {
+                    for inventory in context.inventories.state() {
+                        let inventory_name = inventory.metadata.name.clone().unwrap_or_default();
+                        queues.inventory(&inventory_name);
+                        queues.inventory_status(&inventory_name);
+                    }
+                }
+            }));
+        let store = context.nodes.clone();
+        detach.push(Box::new(move || store.detach(id)));
+    }
+    detach
+}
+
+/// Clears a pending rack status write once the cache shows it.
+fn observe_rack_status(context: &Context, rack: &SGPURack) {
+    let name = rack.metadata.name.clone().unwrap_or_default();
+    let mut pending = context.pending_rack_status.lock();
+    if let Some(written) = pending.get(&name)
+        && rack.status.as_ref() == Some(written)
+    {
+        pending.remove(&name);
+    }
+}

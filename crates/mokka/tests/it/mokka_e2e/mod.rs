@@ -1,0 +1,10 @@
+//! End-to-end tests of the Mokka controller through the real kube client,
+//! on kube-sim by default and on the real control plane with
+//! `GPUFLEET_TEST_CLUSTER=real`. Tests are named after upstream's behaviour
+//! sentences (report 5.1 and 5.2).
+
+mod caches;
+mod lifecycle;
+mod replicas;
+mod restarts;
+pub(crate) mod support;

@@ -1,0 +1,411 @@
+//! The cluster the Mokka end-to-end tests drive: kube-sim by default, the
+//! real control plane with `GPUFLEET_TEST_CLUSTER=real` (see
+//! `kube_sim::lane`). On the real lane the controller runs with the
+//! restricted kubeconfig of deploy/mokka's ServiceAccount, so its RBAC is
+//! what a cluster enforces.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use controller_kit::LeaderElectionConfig;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_sim::KubeSim;
+use kube_sim::lane::Lane;
+use mokka::api::{SGPUInventory, SGPURack, SGPURackProfile};
+use mokka::controller::MokkaController;
+use mokka::plan::options::Options;
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Where replicas hold their Lease (deploy/mokka's namespace).
+pub const LEASE_NAMESPACE: &str = "mokka-system";
+pub const LEASE_NAME: &str = "mokka-e2e.mokka.nvidia.com";
+/// Every test Node carries it; the real lane's clean-up selects by it.
+pub const TEST_NODE_LABEL: &str = "mokka-e2e";
+
+pub struct Cluster {
+    pub sim: Option<KubeSim>,
+    /// The test's own client (cluster admin on the real lane).
+    pub client: kube::Client,
+    /// What the controller runs with.
+    pub controller_client: kube::Client,
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        match Lane::from_env().expect("GPUFLEET_TEST_CLUSTER") {
+            Lane::Sim => {
+                let sim = KubeSim::builder().start().await.expect("kube-sim starts");
+                let client = sim.client();
+                let cluster = Cluster {
+                    sim: Some(sim),
+                    controller_client: client.clone(),
+                    client,
+                };
+                cluster.install_crds().await;
+                cluster.create_namespace(LEASE_NAMESPACE).await;
+                cluster
+            }
+            Lane::Real(real) => {
+                let client = kube_sim::lane::client_from_kubeconfig(&real.admin_kubeconfig)
+                    .await
+                    .expect("admin kubeconfig");
+                let controller_kubeconfig = real.service_account_kubeconfig("mokka-controller");
+                assert!(
+                    controller_kubeconfig.exists(),
+                    "{} is missing: run scripts/real-cluster.sh up after deploy/mokka/01-rbac.yaml exists",
+                    controller_kubeconfig.display()
+                );
+                let controller_client =
+                    kube_sim::lane::client_from_kubeconfig(&controller_kubeconfig)
+                        .await
+                        .expect("mokka kubeconfig");
+                let cluster = Cluster {
+                    sim: None,
+                    client,
+                    controller_client,
+                };
+                cluster.clean().await;
+                cluster
+            }
+        }
+    }
+
+    /// kube-sim whatever the lane (tests of kube-sim's fault injection).
+    pub async fn start_sim() -> Cluster {
+        // No simulated kubelet: Mokka's Nodes need none, and its Node status
+        // patches would take faults aimed at the controller's Node writes.
+        let sim = KubeSim::builder()
+            .kubelet(kube_sim::KubeletConfig::disabled())
+            .start()
+            .await
+            .expect("kube-sim starts");
+        let client = sim.client();
+        let cluster = Cluster {
+            sim: Some(sim),
+            controller_client: client.clone(),
+            client,
+        };
+        cluster.install_crds().await;
+        cluster.create_namespace(LEASE_NAMESPACE).await;
+        cluster
+    }
+
+    pub fn sim(&self) -> Option<&KubeSim> {
+        self.sim.as_ref()
+    }
+
+    async fn install_crds(&self) {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for crd in mokka::crds() {
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .expect("the generated CRDs are accepted");
+        }
+        let racks: Api<SGPURack> = Api::all(self.client.clone());
+        eventually("the Mokka kinds are served", || async {
+            racks.list(&ListParams::default()).await.ok()
+        })
+        .await;
+    }
+
+    async fn create_namespace(&self, name: &str) {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let namespace: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        match namespaces.create(&PostParams::default(), &namespace).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => panic!("creating namespace {name}: {error}"),
+        }
+    }
+
+    /// The real lane is shared by the tests (run one at a time): each starts
+    /// from no Mokka objects, no test Nodes and no Lease.
+    async fn clean(&self) {
+        let clear = json!({"metadata": {"finalizers": null}});
+        let racks: Api<SGPURack> = Api::all(self.client.clone());
+        let inventories: Api<SGPUInventory> = Api::all(self.client.clone());
+        let profiles: Api<SGPURackProfile> = Api::all(self.client.clone());
+        for rack in racks.list(&ListParams::default()).await.unwrap().items {
+            let name = rack.metadata.name.unwrap();
+            let _ = racks
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&clear))
+                .await;
+            let _ = racks.delete(&name, &DeleteParams::default()).await;
+        }
+        for inventory in inventories
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            let name = inventory.metadata.name.unwrap();
+            let _ = inventories
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&clear))
+                .await;
+            let _ = inventories.delete(&name, &DeleteParams::default()).await;
+        }
+        profiles
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .unwrap();
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(TEST_NODE_LABEL),
+            )
+            .await
+            .unwrap();
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let _ = leases.delete(LEASE_NAME, &DeleteParams::default()).await;
+        eventually("the previous test's objects to be gone", || async {
+            let left = racks
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                + inventories
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .len()
+                + nodes
+                    .list(&ListParams::default().labels(TEST_NODE_LABEL))
+                    .await
+                    .unwrap()
+                    .items
+                    .len();
+            (left == 0).then_some(())
+        })
+        .await;
+    }
+
+    pub async fn create_profile(
+        &self,
+        name: &str,
+        nodes_per_rack: i32,
+        gpus: i32,
+    ) -> SGPURackProfile {
+        let profile = SGPURackProfile::new(
+            name,
+            mokka::fixtures::example_profile_spec(nodes_per_rack, gpus),
+        );
+        let api: Api<SGPURackProfile> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &profile)
+            .await
+            .expect("profile accepted")
+    }
+
+    /// An inventory with one group `compute` of `count` racks of `profile`, placing Nodes labelled `pool=<pool>`.
+    pub async fn create_inventory(
+        &self,
+        name: &str,
+        profile: &str,
+        count: i32,
+        pool: &str,
+    ) -> SGPUInventory {
+        let inventory: SGPUInventory = serde_json::from_value(json!({
+            "apiVersion": "mokka.nvidia.com/v1alpha1",
+            "kind": "SGPUInventory",
+            "metadata": {"name": name},
+            "spec": {"rackGroups": [{
+                "id": "compute",
+                "count": count,
+                "profileRef": {"name": profile},
+                "placement": {"nodeSelector": {"matchLabels": {"pool": pool}}}
+            }]}
+        }))
+        .unwrap();
+        let api: Api<SGPUInventory> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &inventory)
+            .await
+            .expect("inventory accepted")
+    }
+
+    /// An eligible Node in `pool`.
+    pub async fn create_node(&self, name: &str, pool: &str) -> Node {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {
+                "mokka.nvidia.com/sgpu-node": "true",
+                "pool": pool,
+                TEST_NODE_LABEL: "true",
+            }}
+        }))
+        .unwrap();
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &node)
+            .await
+            .expect("node accepted")
+    }
+
+    pub async fn delete_node(&self, name: &str) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.delete(name, &DeleteParams::default())
+            .await
+            .expect("node deleted");
+        eventually("the Node to be gone", || async {
+            api.get_opt(name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+    pub fn racks(&self) -> Api<SGPURack> {
+        Api::all(self.client.clone())
+    }
+    pub fn inventories(&self) -> Api<SGPUInventory> {
+        Api::all(self.client.clone())
+    }
+
+    /// Starts a replica; returns once it has synced caches.
+    pub async fn start_replica(&self, identity: &str) -> Replica {
+        let options = Options {
+            status_debounce: Duration::ZERO,
+            ..Options::default()
+        };
+        let controller = Arc::new(
+            MokkaController::new(self.controller_client.clone(), options)
+                .expect("controller builds"),
+        );
+        let mut election = LeaderElectionConfig::new(LEASE_NAMESPACE, LEASE_NAME);
+        election.identity = identity.to_string();
+        election.lease_duration = Duration::from_secs(3);
+        election.renew_deadline = Duration::from_secs(2);
+        election.retry_period = Duration::from_millis(500);
+        let shutdown = CancellationToken::new();
+        let task = {
+            let controller = Arc::clone(&controller);
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                controller
+                    .run(election, shutdown)
+                    .await
+                    .expect("controller runs")
+            })
+        };
+        let readiness = controller.readiness();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            readiness.wait_for(|s| s.cache_ready),
+        )
+        .await
+        .expect("the replica's caches sync");
+        Replica {
+            controller,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Starts a replica and waits until it leads with running workers.
+    pub async fn start_leader(&self, identity: &str) -> Replica {
+        let replica = self.start_replica(identity).await;
+        let controller = Arc::clone(&replica.controller);
+        eventually("the replica to lead", || async {
+            controller.leader_ready().then_some(())
+        })
+        .await;
+        replica
+    }
+}
+
+pub struct Replica {
+    pub controller: Arc<MokkaController>,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Replica {
+    /// Stops the replica and waits until it has drained and released its Lease.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("controller task");
+    }
+}
+
+/// Polls `check` until it returns Some (30 s at most).
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_within(Duration::from_secs(30), what, check).await
+}
+
+/// Polls `check` until it returns Some, at most `limit`.
+pub async fn eventually_within<T, F, Fut>(limit: Duration, what: &str, check: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The condition `kind` of an inventory, as (status, reason, message).
+pub fn condition(inventory: &SGPUInventory, kind: &str) -> Option<(String, String, String)> {
+    inventory
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// The Node names bound in a rack, by slot.
+pub fn bound_names(rack: &SGPURack) -> Vec<Option<String>> {
+    rack.spec
+        .nodes
+        .iter()
+        .map(|slot| slot.node_ref.as_ref().map(|n| n.name.clone()))
+        .collect()
+}
+
+/// Whether a Node carries the projection of a binding to `rack`.
+pub fn projected_onto(node: &Node, rack: &SGPURack) -> bool {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let annotation = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("mokka.nvidia.com/sgpu-assignment"))
+        .cloned();
+    labels
+        .get("mokka.nvidia.com/sgpu-assigned")
+        .map(String::as_str)
+        == Some("true")
+        && labels.get("nvidia.com/gpu.clique")
+            == Some(&format!("{}.0", rack.spec.identity.fabric_uuid))
+        && annotation.is_some_and(|a| a.contains(rack.metadata.uid.as_deref().unwrap_or("?")))
+}
+
+/// Whether a Node carries none of the three projected keys.
+pub fn unprojected(node: &Node) -> bool {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    !labels.contains_key("mokka.nvidia.com/sgpu-assigned")
+        && !labels.contains_key("nvidia.com/gpu.clique")
+        && !node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("mokka.nvidia.com/sgpu-assignment"))
+}
