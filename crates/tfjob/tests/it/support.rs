@@ -1,18 +1,28 @@
 //! The test cluster and helpers. `test_cluster` is the only place that
-//! decides which API server the suite talks to: kube-sim by default, or
-//! the cluster of the kubeconfig in `TFJOB_TEST_KUBECONFIG` (the
-//! real-cluster lane; its Nodes must run pods, e.g. KWOK ones).
+//! decides which API server the suite talks to, from the one lane switch
+//! `GPUFLEET_TEST_CLUSTER` (`kube_sim::lane::Lane::from_env`): kube-sim in
+//! the test's process by default, or the real control plane of
+//! `scripts/real-cluster.sh` (`real`), whose KWOK stages end containers by
+//! the same pod annotations as kube-sim's kubelet.
 
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube_sim::lane::Lane;
 use serde_json::{Value, json};
 use tfjob::api::{JobStatus, TFJobObject};
 use tfjob::run::{Operator, OperatorConfig};
 use tokio_util::sync::CancellationToken;
+
+/// Every namespace a test makes carries it, so the real lane's clean-up
+/// finds what earlier runs left.
+const TEST_NAMESPACE_LABEL: &str = "tfjob.gpufleet.dev/e2e";
+/// The Node every test's pods land on (a KWOK fake Node on the real lane).
+const NODE_NAME: &str = "tfjob-node-1";
 
 /// A cluster for one test, with its own namespace.
 pub struct TestCluster {
@@ -21,36 +31,78 @@ pub struct TestCluster {
     _sim: Option<kube_sim::KubeSim>,
 }
 
-/// The cluster and namespace a test runs in; the CRD from the Rust types
-/// is installed. Switch here, nowhere else.
-pub async fn test_cluster(namespace: &str) -> TestCluster {
-    let (client, sim) = match std::env::var("TFJOB_TEST_KUBECONFIG") {
-        Ok(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+/// `prefix` plus a random suffix: reruns against a cluster that lives on
+/// (the real lane) never meet an earlier run's objects.
+fn unique_name(prefix: &str) -> String {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{prefix}-{:08x}", hasher.finish() as u32)
+}
+
+/// The cluster and a fresh namespace `<prefix>-<random>` a test runs in;
+/// the CRD from the Rust types is installed. Switch here, nowhere else.
+pub async fn test_cluster(prefix: &str) -> TestCluster {
+    let lane = Lane::from_env().unwrap_or_else(|error| panic!("{error}"));
+    let (client, sim) = match &lane {
+        Lane::Real(cluster) => {
+            let client = kube_sim::lane::client_from_kubeconfig(&cluster.admin_kubeconfig)
                 .await
-                .unwrap();
-            (kube::Client::try_from(config).unwrap(), None)
+                .unwrap_or_else(|error| panic!("{error}"));
+            remove_earlier_test_namespaces(&client).await;
+            (client, None)
         }
-        Err(_) => {
+        Lane::Sim => {
             let sim = kube_sim::KubeSim::builder().start().await.unwrap();
-            let client = sim.client();
-            create_node(&client, "tfjob-node-1").await;
-            (client, Some(sim))
+            (sim.client(), Some(sim))
         }
     };
+    ensure_node(&client).await;
     install_crd(&client).await;
+    let namespace = unique_name(prefix);
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-    match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(error) => panic!("creating namespace {namespace}: {error}"),
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {
+        "name": namespace,
+        "labels": {TEST_NAMESPACE_LABEL: "true"},
+    }}))
+    .unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|error| panic!("creating namespace {namespace}: {error}"));
+    if lane.is_real() {
+        // The ServiceAccount admission plugin refuses pods until the
+        // controller-manager has made the namespace's `default` account.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &namespace);
+        eventually("the namespace's default ServiceAccount exists", || async {
+            accounts.get_opt("default").await.ok().flatten().is_some()
+        })
+        .await;
     }
     TestCluster {
         client,
-        namespace: namespace.to_string(),
+        namespace,
         _sim: sim,
+    }
+}
+
+/// The real lane is shared by every test and every run: the namespaces of
+/// earlier tests (and their pods, on the one KWOK Node) go first.
+async fn remove_earlier_test_namespaces(client: &kube::Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let earlier = ListParams::default().labels(TEST_NAMESPACE_LABEL);
+    for namespace in namespaces.list(&earlier).await.unwrap().items {
+        let name = namespace.metadata.name.unwrap_or_default();
+        if namespace.metadata.deletion_timestamp.is_none() {
+            match namespaces.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => panic!("deleting the earlier test namespace {name}: {error}"),
+            }
+        }
     }
 }
 
@@ -72,14 +124,31 @@ async fn install_crd(client: &kube::Client) {
     .await;
 }
 
-async fn create_node(client: &kube::Client, name: &str) {
+/// One Node with room for every test's pods, untainted so the job
+/// manifests need no toleration; KWOK manages it by its annotation, kube-sim
+/// simulates it as it does every Node.
+async fn ensure_node(client: &kube::Client) {
     let nodes: Api<Node> = Api::all(client.clone());
+    if nodes.get_opt(NODE_NAME).await.unwrap().is_some() {
+        return;
+    }
     let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "status": {"capacity": {"cpu": "256", "memory": "1Ti", "pods": "500"}}
+        "metadata": {
+            "name": NODE_NAME,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": NODE_NAME, "type": "kwok"},
+        },
+        "status": {
+            "capacity": {"cpu": "256", "memory": "1Ti", "pods": "500"},
+            "allocatable": {"cpu": "256", "memory": "1Ti", "pods": "500"},
+        }
     }))
     .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("creating Node {NODE_NAME}: {error}"),
+    }
 }
 
 /// A running operator replica watching one namespace.
