@@ -12,11 +12,10 @@ use controller_kit::{
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::runtime::watcher;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::TFJobObject;
+use crate::metrics::Metrics;
 use crate::plan::PlanConfig;
 use crate::plan::names::WATCH_SELECTOR;
 use crate::reconcile::{self, Context, INDEX_JOB_LABEL, INDEX_OWNER};
@@ -43,94 +42,6 @@ impl OperatorConfig {
             workers: 1,
             election: LeaderElectionConfig::new(lease_namespace, "tf-operator"),
         }
-    }
-}
-
-type ByNamespace = Family<Vec<(String, String)>, Counter>;
-
-/// The operator's own metrics (upstream's names; counted per transition,
-/// not per pass).
-#[derive(Clone, Default)]
-pub struct Metrics {
-    pub jobs_created: ByNamespace,
-    pub jobs_successful: ByNamespace,
-    pub jobs_failed: ByNamespace,
-    pub jobs_restarted: ByNamespace,
-    pub created_pods: Counter,
-    pub deleted_pods: Counter,
-    pub failed_pods: Counter,
-    pub created_services: Counter,
-    pub failed_services: Counter,
-}
-
-fn namespace_label(namespace: &str) -> Vec<(String, String)> {
-    vec![("job_namespace".to_string(), namespace.to_string())]
-}
-
-impl Metrics {
-    /// Registers every metric in `registry`.
-    pub fn register(registry: &MetricsRegistry) -> Metrics {
-        let metrics = Metrics::default();
-        let mut r = registry.write();
-        r.register(
-            "tf_operator_jobs_created",
-            "TFJobs seen for the first time",
-            metrics.jobs_created.clone(),
-        );
-        r.register(
-            "tf_operator_jobs_successful",
-            "TFJobs that succeeded",
-            metrics.jobs_successful.clone(),
-        );
-        r.register(
-            "tf_operator_jobs_failed",
-            "TFJobs that failed",
-            metrics.jobs_failed.clone(),
-        );
-        r.register(
-            "tf_operator_jobs_restarted",
-            "TFJob replica restarts (ExitCode)",
-            metrics.jobs_restarted.clone(),
-        );
-        r.register("created_pods", "Pods created", metrics.created_pods.clone());
-        r.register("deleted_pods", "Pods deleted", metrics.deleted_pods.clone());
-        r.register(
-            "failed_pods",
-            "Pod creations that failed",
-            metrics.failed_pods.clone(),
-        );
-        r.register(
-            "succeeded_service_creation",
-            "Services created",
-            metrics.created_services.clone(),
-        );
-        r.register(
-            "failed_service_creation",
-            "Service creations that failed",
-            metrics.failed_services.clone(),
-        );
-        metrics
-    }
-
-    pub fn job_created(&self, namespace: &str) {
-        self.jobs_created
-            .get_or_create(&namespace_label(namespace))
-            .inc();
-    }
-    pub fn job_succeeded(&self, namespace: &str) {
-        self.jobs_successful
-            .get_or_create(&namespace_label(namespace))
-            .inc();
-    }
-    pub fn job_failed(&self, namespace: &str) {
-        self.jobs_failed
-            .get_or_create(&namespace_label(namespace))
-            .inc();
-    }
-    pub fn job_restarted(&self, namespace: &str) {
-        self.jobs_restarted
-            .get_or_create(&namespace_label(namespace))
-            .inc();
     }
 }
 

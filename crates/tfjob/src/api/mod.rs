@@ -28,6 +28,10 @@ pub const API_VERSION: &str = "kubeflow.org/v1";
 /// Kind.
 pub const KIND: &str = "TFJob";
 
+/// `runPolicy.managedBy` of jobs this operator reconciles (unset means the
+/// same); a job managed by anything else (e.g. MultiKueue) is left alone.
+pub const MANAGED_BY_OPERATOR: &str = "kubeflow.org/training-operator";
+
 /// Name of the container that gets `TF_CONFIG` and decides exit codes.
 pub const CONTAINER_NAME: &str = "tensorflow";
 /// Name of the port every replica listens on.
