@@ -212,16 +212,19 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
         record_transitions(ctx, namespace, &object, &old_status, &plan.status, now);
     }
 
+    // The events of the transitions just written, then the child actions
+    // (and their own events): a reader sees TFJobSucceeded before the
+    // cleanup's SuccessfulDeletePod.
     let reference = job_reference(&object);
+    for event in plan.events {
+        publish_planned(ctx, &reference, namespace, event).await;
+    }
     let mut first_error: Option<ReconcileFailure> = None;
     for action in plan.actions {
         if let Err(error) = execute(ctx, namespace, &reference, action).await {
             tracing::warn!(%error, "child action failed");
             first_error.get_or_insert(error);
         }
-    }
-    for event in plan.events {
-        publish_planned(ctx, &reference, namespace, event).await;
     }
     match (first_error, plan.requeue_after) {
         (Some(error), _) => Err(Box::new(error)),

@@ -5,3 +5,4 @@
 
 mod support;
 mod tfjob_e2e;
+mod tfjob_faults;

@@ -28,7 +28,17 @@ const NODE_NAME: &str = "tfjob-node-1";
 pub struct TestCluster {
     pub client: kube::Client,
     pub namespace: String,
-    _sim: Option<kube_sim::KubeSim>,
+    sim: Option<kube_sim::KubeSim>,
+}
+
+impl TestCluster {
+    /// kube-sim, for the tests of kube-sim-only knobs (fault injection);
+    /// such tests live outside the `*_e2e` modules.
+    pub fn sim(&self) -> &kube_sim::KubeSim {
+        self.sim
+            .as_ref()
+            .expect("a kube-sim-only test ran on the real lane")
+    }
 }
 
 /// `prefix` plus a random suffix: reruns against a cluster that lives on
@@ -85,7 +95,7 @@ pub async fn test_cluster(prefix: &str) -> TestCluster {
     TestCluster {
         client,
         namespace,
-        _sim: sim,
+        sim,
     }
 }
 
@@ -151,10 +161,11 @@ async fn ensure_node(client: &kube::Client) {
     }
 }
 
-/// A running operator replica watching one namespace.
+/// A running operator replica.
 pub struct RunningOperator {
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    registry: controller_kit::MetricsRegistry,
 }
 
 impl RunningOperator {
@@ -163,15 +174,59 @@ impl RunningOperator {
         self.shutdown.cancel();
         self.task.await.unwrap();
     }
+
+    /// Reconcile passes so far (the reconcile histogram's count).
+    pub fn reconciles(&self) -> u64 {
+        metric_value(
+            &self.registry.encode().unwrap(),
+            "training_operator_reconcile_duration_seconds_count",
+        )
+        .map_or(0, |v| v as u64)
+    }
+
+    /// The value of the first sample whose name and labels start with
+    /// `series` in the replica's `/metrics` text.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        metric_value(&self.registry.encode().unwrap(), series)
+    }
+}
+
+fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|line| line.starts_with(series))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+/// The end-to-end tests' pacing of pod re-creation: 1 s doubling to 4 s
+/// (the operator's default is 10 s to 360 s; unit tests pin that), so a
+/// test of three failures takes seconds, not a minute.
+pub fn fast_backoff() -> tfjob::plan::failures::Backoff {
+    tfjob::plan::failures::Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(4),
+    }
 }
 
 /// Starts an operator replica scoped to the test's namespace and waits until
 /// it leads with synced caches.
 pub async fn start_operator(cluster: &TestCluster) -> RunningOperator {
+    start_operator_with(cluster, |_| {}).await
+}
+
+/// [`start_operator`] with the settings changed by `configure` (after the
+/// test defaults: the namespace scope and [`fast_backoff`]).
+pub async fn start_operator_with(
+    cluster: &TestCluster,
+    configure: impl FnOnce(&mut OperatorConfig),
+) -> RunningOperator {
     let mut config = OperatorConfig::new(cluster.namespace.clone());
     config.namespace = Some(cluster.namespace.clone());
+    config.plan.backoff = fast_backoff();
+    configure(&mut config);
     let operator = Operator::new(cluster.client.clone(), config).unwrap();
     let readiness = operator.readiness();
+    let registry = operator.registry();
     let shutdown = CancellationToken::new();
     let task = {
         let shutdown = shutdown.clone();
@@ -183,16 +238,29 @@ pub async fn start_operator(cluster: &TestCluster) -> RunningOperator {
     )
     .await
     .expect("the operator becomes ready");
-    RunningOperator { shutdown, task }
+    RunningOperator {
+        shutdown,
+        task,
+        registry,
+    }
 }
 
 /// Polls `check` until it holds (30 s at most).
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
+pub async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    eventually_within(Duration::from_secs(30), what, check).await;
+}
+
+/// Polls `check` until it holds, `limit` at most.
+pub async fn eventually_within<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if check().await {
             return;
@@ -200,6 +268,33 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("timed out waiting until {what}");
+}
+
+/// Merge-patches TFJob `name`'s spec with `spec` (a partial spec).
+pub async fn patch_spec(cluster: &TestCluster, name: &str, spec: Value) {
+    jobs(cluster)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
+/// A replica spec of one `tensorflow` container under `restart_policy`;
+/// `run_seconds` makes the simulated kubelet (kube-sim's, or KWOK's stages
+/// on the real lane) end the container with `exit_code`, `None` keeps it
+/// running like a parameter server.
+pub fn replica_with(
+    replicas: i32,
+    run_seconds: Option<&str>,
+    exit_code: i32,
+    restart_policy: &str,
+) -> Value {
+    let mut spec = replica(replicas, run_seconds, exit_code);
+    spec["restartPolicy"] = json!(restart_policy);
+    spec
 }
 
 /// A replica spec of one `tensorflow` container; `run_seconds` makes
