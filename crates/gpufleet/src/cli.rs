@@ -38,7 +38,7 @@ pub enum Command {
     #[command(subcommand)]
     Gpuid(GpuidCommand),
     /// The Kubeflow TFJob operator (kubeflow.org/v1), or `tfjob convert`.
-    Tfjob(crate::commands::tfjob::TfjobArgs),
+    Tfjob(Box<crate::commands::tfjob::TfjobArgs>),
     /// Simulated-GPU racks (Mokka).
     #[command(subcommand)]
     Mokka(MokkaCommand),

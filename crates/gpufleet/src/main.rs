@@ -9,8 +9,18 @@ mod sim;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
-    if let Err(e) = logging::init(cli.log_format, &cli.log_level) {
+    // `gpufleet tfjob` takes tf-operator's Go-style `-flag` spelling too.
+    let args = commands::tfjob::single_dash_to_double(std::env::args_os().collect());
+    let cli = cli::Cli::parse_from(args);
+    let log_format = match &cli.command {
+        cli::Command::Tfjob(tfjob) => match tfjob.run.json_log_format {
+            Some(true) => cli::LogFormat::Json,
+            Some(false) => cli::LogFormat::Text,
+            None => cli.log_format,
+        },
+        _ => cli.log_format,
+    };
+    if let Err(e) = logging::init(log_format, &cli.log_level) {
         eprintln!("gpufleet: {e:#}");
         return std::process::ExitCode::from(2);
     }
@@ -43,7 +53,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Gpuid(cli::GpuidCommand::Run(args)) => {
                 return Ok(gpuid_run::run(args).await);
             }
-            cli::Command::Tfjob(args) => commands::tfjob::main(args).await,
+            cli::Command::Tfjob(args) => commands::tfjob::main(*args).await,
             cli::Command::Mokka(cli::MokkaCommand::Render(args)) => {
                 return commands::mokka_render::run(&args);
             }

@@ -210,6 +210,15 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
             },
         );
         record_transitions(ctx, namespace, &object, &old_status, &plan.status, now);
+        let state = |status: &JobStatus| status.conditions.last().map(|c| c.type_.clone());
+        if state(&old_status) != state(&plan.status) {
+            let last = plan.status.conditions.last();
+            tracing::info!(
+                state = last.map_or("", |c| c.type_.as_str()),
+                reason = last.and_then(|c| c.reason.as_deref()).unwrap_or_default(),
+                "job state changed"
+            );
+        }
     }
 
     // The events of the transitions just written, then the child actions

@@ -30,6 +30,8 @@ pub struct OperatorConfig {
     pub workers: usize,
     /// The Lease replicas elect a leader on.
     pub election: LeaderElectionConfig,
+    /// Whether to elect at all (`--leader-elect`; default true).
+    pub leader_election: bool,
 }
 
 impl OperatorConfig {
@@ -41,6 +43,7 @@ impl OperatorConfig {
             plan: PlanConfig::default(),
             workers: 1,
             election: LeaderElectionConfig::new(lease_namespace, "tf-operator"),
+            leader_election: true,
         }
     }
 }
@@ -94,12 +97,10 @@ impl Operator {
     pub fn new(client: kube::Client, config: OperatorConfig) -> Result<Operator, RunError> {
         let registry = MetricsRegistry::new();
         let metrics = Metrics::register(&registry);
-        let mut manager = Manager::new(
-            client.clone(),
-            ManagerConfig::new(config.election.clone()),
-            &registry,
-        )
-        .map_err(|error| RunError::Setup(error.to_string()))?;
+        let mut manager_config = ManagerConfig::new(config.election.clone());
+        manager_config.leader_election = config.leader_election;
+        let mut manager = Manager::new(client.clone(), manager_config, &registry)
+            .map_err(|error| RunError::Setup(error.to_string()))?;
         let readiness = manager.readiness();
         let namespace = config.namespace.as_deref();
         let setup = |error: controller_kit::caches::CacheError| RunError::Setup(error.to_string());

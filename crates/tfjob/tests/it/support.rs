@@ -21,13 +21,23 @@ use tokio_util::sync::CancellationToken;
 /// Every namespace a test makes carries it, so the real lane's clean-up
 /// finds what earlier runs left.
 const TEST_NAMESPACE_LABEL: &str = "tfjob.gpufleet.dev/e2e";
+/// The namespace of deploy/tfjob (its ServiceAccount and Lease Role).
+const OPERATOR_NAMESPACE: &str = "kubeflow";
 /// The Node every test's pods land on (a KWOK fake Node on the real lane).
 const NODE_NAME: &str = "tfjob-node-1";
 
 /// A cluster for one test, with its own namespace.
 pub struct TestCluster {
+    /// The test's own client (cluster admin on the real lane).
     pub client: kube::Client,
     pub namespace: String,
+    /// What the operator runs with: on the real lane deploy/tfjob's
+    /// ServiceAccount, so its RBAC is what the API server enforces; on
+    /// kube-sim the same as `client`.
+    operator_client: kube::Client,
+    /// Where the operator's Lease lives (deploy/tfjob grants leases in
+    /// `kubeflow` only); its name is the test's namespace, unique per test.
+    lease_namespace: String,
     sim: Option<kube_sim::KubeSim>,
 }
 
@@ -57,17 +67,24 @@ fn unique_name(prefix: &str) -> String {
 /// the CRD from the Rust types is installed. Switch here, nowhere else.
 pub async fn test_cluster(prefix: &str) -> TestCluster {
     let lane = Lane::from_env().unwrap_or_else(|error| panic!("{error}"));
-    let (client, sim) = match &lane {
+    let (client, operator_client, sim) = match &lane {
         Lane::Real(cluster) => {
             let client = kube_sim::lane::client_from_kubeconfig(&cluster.admin_kubeconfig)
                 .await
                 .unwrap_or_else(|error| panic!("{error}"));
+            let operator_client = kube_sim::lane::client_from_kubeconfig(
+                &cluster.service_account_kubeconfig("tfjob"),
+            )
+            .await
+            .unwrap_or_else(|error| {
+                panic!("{error} (deploy/tfjob's ServiceAccount; `scripts/real-cluster.sh up` writes it)")
+            });
             remove_earlier_test_namespaces(&client).await;
-            (client, None)
+            (client, operator_client, None)
         }
         Lane::Sim => {
             let sim = kube_sim::KubeSim::builder().start().await.unwrap();
-            (sim.client(), Some(sim))
+            (sim.client(), sim.client(), Some(sim))
         }
     };
     ensure_node(&client).await;
@@ -94,7 +111,13 @@ pub async fn test_cluster(prefix: &str) -> TestCluster {
     }
     TestCluster {
         client,
+        lease_namespace: if lane.is_real() {
+            OPERATOR_NAMESPACE.to_string()
+        } else {
+            namespace.clone()
+        },
         namespace,
+        operator_client,
         sim,
     }
 }
@@ -220,11 +243,12 @@ pub async fn start_operator_with(
     cluster: &TestCluster,
     configure: impl FnOnce(&mut OperatorConfig),
 ) -> RunningOperator {
-    let mut config = OperatorConfig::new(cluster.namespace.clone());
+    let mut config = OperatorConfig::new(cluster.lease_namespace.clone());
+    config.election.name = cluster.namespace.clone();
     config.namespace = Some(cluster.namespace.clone());
     config.plan.backoff = fast_backoff();
     configure(&mut config);
-    let operator = Operator::new(cluster.client.clone(), config).unwrap();
+    let operator = Operator::new(cluster.operator_client.clone(), config).unwrap();
     let readiness = operator.readiness();
     let registry = operator.registry();
     let shutdown = CancellationToken::new();

@@ -318,3 +318,28 @@ async fn an_orphan_pod_with_the_job_labels_is_adopted_and_a_deleted_service_is_r
     .await;
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_leader_election_the_operator_runs_jobs_and_takes_no_lease() {
+    let cluster = test_cluster("no-election").await;
+    let operator = start_operator_with(&cluster, |config| config.leader_election = false).await;
+    create_job(
+        &cluster,
+        "solo",
+        json!({"tfReplicaSpecs": {"Worker": replica(1, Some("1"), 0)}}),
+    )
+    .await;
+    wait_for_condition(&cluster, "solo", "Succeeded").await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::all(cluster.client.clone());
+    let ours = leases
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|lease| lease.metadata.name.as_deref() == Some(cluster.namespace.as_str()))
+        .count();
+    assert_eq!(ours, 0, "no Lease named after the test's operator");
+    operator.stop().await;
+}
