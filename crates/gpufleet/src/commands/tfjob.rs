@@ -3,6 +3,8 @@
 //! serving `/healthz`, `/readyz` and `/metrics`. It installs nothing: the
 //! CRD comes from `gpufleet crds tfjob`.
 
+mod ratelimit;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -96,7 +98,9 @@ pub struct RunArgs {
     /// exact timers and needs no periodic resync.
     #[arg(long, visible_alias = "resyc-period", default_value = "12h", value_parser = parse_go_duration)]
     pub resync_period: Duration,
-    /// Client requests per second (with --burst); 0 means no client limit.
+    /// Client requests per second (with --burst), client-go's token bucket;
+    /// 0 (the default) means no client-side limit. tf-operator's default was
+    /// 5, which makes large clusters wait.
     #[arg(long, default_value_t = 0.0)]
     pub qps: f64,
     /// Client burst over --qps.
@@ -271,7 +275,15 @@ async fn client(args: &RunArgs) -> anyhow::Result<kube::Client> {
             .parse()
             .with_context(|| format!("--master {master:?} is not a URL"))?;
     }
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    let builder =
+        kube::client::ClientBuilder::try_from(config).context("building the Kubernetes client")?;
+    Ok(if args.qps > 0.0 {
+        builder
+            .with_layer(&ratelimit::ClientRateLimitLayer::new(args.qps, args.burst))
+            .build()
+    } else {
+        builder.build()
+    })
 }
 
 /// Runs the operator until SIGINT or SIGTERM.

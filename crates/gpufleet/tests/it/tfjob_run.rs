@@ -97,6 +97,9 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
                 "-json-log-format",
                 "-resyc-period=12h",
                 "-threadiness=2",
+                // The client behind the token bucket of --qps/--burst.
+                "-qps=50",
+                "-burst=20",
             ])
             .env_remove("KUBECONFIG")
             .stdout(Stdio::null())
