@@ -161,16 +161,20 @@ impl Manager {
         Ok(())
     }
 
-    /// Leader work for the whole life of the process, no Lease involved.
-    async fn lead_without_election(&self, shutdown: &CancellationToken) {
-        let lifetime = LeaderLifetime {
+    /// What one leadership term runs.
+    fn lifetime(&self) -> LeaderLifetime {
+        LeaderLifetime {
             caches: self.caches.clone(),
             readiness: self.readiness.clone(),
             work: self.work.clone(),
             queue_metrics: self.queue_metrics.clone(),
             drain_timeout: self.config.drain_timeout,
-        };
-        lifetime.run(shutdown.child_token()).await;
+        }
+    }
+
+    /// Leader work for the whole life of the process, no Lease involved.
+    async fn lead_without_election(&self, shutdown: &CancellationToken) {
+        self.lifetime().run(shutdown.child_token()).await;
         self.readiness.stopped_leading();
     }
 
@@ -180,13 +184,7 @@ impl Manager {
         let on_new_leader = move |holder: &str| readiness.observed_leader(holder, &identity);
         loop {
             self.readiness.campaigning();
-            let lifetime = LeaderLifetime {
-                caches: self.caches.clone(),
-                readiness: self.readiness.clone(),
-                work: self.work.clone(),
-                queue_metrics: self.queue_metrics.clone(),
-                drain_timeout: self.config.drain_timeout,
-            };
+            let lifetime = self.lifetime();
             let outcome = elector
                 .run(shutdown, &on_new_leader, move |leader_token| {
                     lifetime.run(leader_token)

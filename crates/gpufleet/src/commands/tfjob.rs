@@ -3,8 +3,6 @@
 //! serving `/healthz`, `/readyz` and `/metrics`. It installs nothing: the
 //! CRD comes from `gpufleet crds tfjob`.
 
-mod ratelimit;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -275,15 +273,13 @@ async fn client(args: &RunArgs) -> anyhow::Result<kube::Client> {
             .parse()
             .with_context(|| format!("--master {master:?} is not a URL"))?;
     }
-    let builder =
-        kube::client::ClientBuilder::try_from(config).context("building the Kubernetes client")?;
-    Ok(if args.qps > 0.0 {
-        builder
-            .with_layer(&ratelimit::ClientRateLimitLayer::new(args.qps, args.burst))
-            .build()
+    // The same client-go token bucket gpuid's collector uses.
+    if args.qps > 0.0 {
+        gpuid::collect::client::rate_limited_client(config, args.qps, args.burst)
+            .context("building the Kubernetes client")
     } else {
-        builder.build()
-    })
+        kube::Client::try_from(config).context("building the Kubernetes client")
+    }
 }
 
 /// Runs the operator until SIGINT or SIGTERM.

@@ -391,34 +391,54 @@ pub async fn wait_for_condition(cluster: &TestCluster, name: &str, type_: &str) 
     status(cluster, name).await
 }
 
-/// Pods of job `name`, by name with their UIDs, sorted.
-pub async fn job_pods(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
-    let list = pods(cluster)
+/// Children of job `name` in `api` (by its `job-name` label), by name with
+/// their UIDs, sorted.
+async fn children<K>(api: Api<K>, name: &str) -> Vec<(String, String)>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api
         .list(&ListParams::default().labels(&format!("job-name={name}")))
         .await
         .unwrap();
     let mut out: Vec<(String, String)> = list
         .items
-        .into_iter()
-        .map(|p| (p.metadata.name.unwrap(), p.metadata.uid.unwrap()))
+        .iter()
+        .map(|child| {
+            let meta = child.meta();
+            (
+                meta.name.clone().unwrap_or_default(),
+                meta.uid.clone().unwrap_or_default(),
+            )
+        })
         .collect();
     out.sort();
     out
 }
 
+/// Pods of job `name`, by name with their UIDs, sorted.
+pub async fn job_pods(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
+    children(pods(cluster), name).await
+}
+
 /// Services of job `name`, by name with their UIDs, sorted.
 pub async fn job_services(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
-    let list = services(cluster)
-        .list(&ListParams::default().labels(&format!("job-name={name}")))
-        .await
-        .unwrap();
-    let mut out: Vec<(String, String)> = list
-        .items
-        .into_iter()
-        .map(|s| (s.metadata.name.unwrap(), s.metadata.uid.unwrap()))
-        .collect();
-    out.sort();
-    out
+    children(services(cluster), name).await
+}
+
+/// A job's conditions as (type, status, reason), in list order.
+pub fn condition_triples(status: &JobStatus) -> Vec<(String, String, String)> {
+    status
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// How many Events about the job have `reason` (series count included).

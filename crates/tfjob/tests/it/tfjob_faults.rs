@@ -30,17 +30,7 @@ async fn run_flaky_job(faults: &[Fault]) -> ((Vec<(String, String, String)>, i32
     )
     .await;
     let status = wait_for_condition(&cluster, "flaky", "Failed").await;
-    let conditions = status
-        .conditions
-        .iter()
-        .map(|c| {
-            (
-                c.type_.clone(),
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
+    let conditions = condition_triples(&status);
     let failures = status.backoff.as_ref().map_or(0, |b| b.failures);
     let created = event_count(&cluster, "SuccessfulCreatePod").await;
     operator.stop().await;

@@ -12,21 +12,6 @@ use tfjob::api::TFJobObject;
 
 use crate::support::*;
 
-/// The job's conditions as (type, status, reason).
-fn conditions(status: &tfjob::api::JobStatus) -> Vec<(String, String, String)> {
-    status
-        .conditions
-        .iter()
-        .map(|c| {
-            (
-                c.type_.clone(),
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-            )
-        })
-        .collect()
-}
-
 fn failures(status: &tfjob::api::JobStatus) -> i32 {
     status.backoff.as_ref().map_or(0, |b| b.failures)
 }
@@ -382,7 +367,7 @@ async fn an_operator_restart_mid_backoff_neither_recounts_nor_rushes_the_re_crea
     // (backoffLimit 1), the backoff reason, two pods ever created.
     assert_eq!(failures(&status), 2);
     assert_eq!(
-        conditions(&status).last().unwrap(),
+        condition_triples(&status).last().unwrap(),
         &(
             "Failed".to_string(),
             "True".to_string(),
