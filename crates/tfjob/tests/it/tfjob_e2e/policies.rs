@@ -383,3 +383,34 @@ async fn an_operator_restart_mid_backoff_neither_recounts_nor_rushes_the_re_crea
     );
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_managed_by_multikueue_is_left_alone_and_one_managed_by_training_operator_runs() {
+    let cluster = test_cluster("managed-by").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "elsewhere",
+        json!({
+            "runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"},
+            "tfReplicaSpecs": {"Worker": replica(1, Some("1"), 0)},
+        }),
+    )
+    .await;
+    create_job(
+        &cluster,
+        "here",
+        json!({
+            "runPolicy": {"managedBy": "kubeflow.org/training-operator"},
+            "tfReplicaSpecs": {"Worker": replica(1, Some("1"), 0)},
+        }),
+    )
+    .await;
+    // Once "here" is done, the operator has long seen "elsewhere" too.
+    wait_for_condition(&cluster, "here", "Succeeded").await;
+    let untouched = jobs(&cluster).get("elsewhere").await.unwrap();
+    assert!(untouched.status.is_null(), "{:?}", untouched.status);
+    assert_eq!(job_pods(&cluster, "elsewhere").await, []);
+    assert_eq!(job_services(&cluster, "elsewhere").await, []);
+    operator.stop().await;
+}
