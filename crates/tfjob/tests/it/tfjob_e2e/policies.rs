@@ -414,3 +414,32 @@ async fn a_job_managed_by_multikueue_is_left_alone_and_one_managed_by_training_o
     assert_eq!(job_services(&cluster, "elsewhere").await, []);
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_restarts_under_on_failure_count_towards_the_backoff_limit() {
+    // The kubelet (kube-sim's, or KWOK's stages) restarts the container in
+    // place; each restart is one counted failure of the same pod.
+    let cluster = test_cluster("on-failure").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "crashloop",
+        json!({
+            "runPolicy": {"backoffLimit": 1, "cleanPodPolicy": "None"},
+            "tfReplicaSpecs": {"Worker": replica_with(1, Some("1"), 1, "OnFailure")},
+        }),
+    )
+    .await;
+    let status = wait_for_condition(&cluster, "crashloop", "Failed").await;
+    let last = status.conditions.last().unwrap();
+    assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+    assert_eq!(failures(&status), 2, "two restarts of one pod");
+    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 1);
+    let pod: Pod = pods(&cluster).get("crashloop-worker-0").await.unwrap();
+    assert_eq!(
+        pod.spec.unwrap().restart_policy.as_deref(),
+        Some("OnFailure"),
+        "copied to the pod (report 4.23)"
+    );
+    operator.stop().await;
+}
