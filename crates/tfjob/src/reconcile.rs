@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
+use crate::api::{API_VERSION, JobStatus, KIND, PodGroupObject, TFJobObject};
 use crate::plan::{self, ChildAction, EventType, PlanConfig, PlannedEvent, conditions, names};
 
 /// Index of pods and Services by the UID of their controlling TFJob.
@@ -76,6 +76,8 @@ pub struct Context {
     pub jobs: CachedStore<TFJobObject>,
     pub pods: CachedStore<Pod>,
     pub services: CachedStore<Service>,
+    /// Volcano PodGroups, when gang scheduling is on.
+    pub pod_groups: Option<CachedStore<PodGroupObject>>,
     pub config: PlanConfig,
     pub events: EventSink,
     pub metrics: crate::metrics::Metrics,
@@ -83,21 +85,29 @@ pub struct Context {
     written: Mutex<HashMap<String, WrittenStatus>>,
 }
 
+/// The caches the reconciler reads.
+pub struct Stores {
+    pub jobs: CachedStore<TFJobObject>,
+    pub pods: CachedStore<Pod>,
+    pub services: CachedStore<Service>,
+    /// Volcano PodGroups, when gang scheduling is on.
+    pub pod_groups: Option<CachedStore<PodGroupObject>>,
+}
+
 impl Context {
     pub fn new(
         client: kube::Client,
-        jobs: CachedStore<TFJobObject>,
-        pods: CachedStore<Pod>,
-        services: CachedStore<Service>,
+        stores: Stores,
         config: PlanConfig,
         events: EventSink,
         metrics: crate::metrics::Metrics,
     ) -> Self {
         Self {
             client,
-            jobs,
-            pods,
-            services,
+            jobs: stores.jobs,
+            pods: stores.pods,
+            services: stores.services,
+            pod_groups: stores.pod_groups,
             config,
             events,
             metrics,
@@ -193,7 +203,27 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     let service_refs: Vec<&Service> = services.iter().map(Arc::as_ref).collect();
     let old_status = object.status();
     let now = jiff::Timestamp::now();
-    let plan = plan::plan(&object, &pod_refs, &service_refs, now, &ctx.config);
+    // The job's PodGroup: named after it and controlled by it.
+    let pod_group = ctx
+        .pod_groups
+        .as_ref()
+        .and_then(|groups| groups.get_namespaced(namespace, name))
+        .filter(|group| {
+            names::controller_of(group.metadata.owner_references.as_ref())
+                .is_some_and(|owner| owner.uid == uid)
+        })
+        .map(|group| plan::gang::ObservedPodGroup {
+            uid: group.metadata.uid.clone(),
+            phase: group.phase(),
+        });
+    let plan = plan::plan_with_pod_group(
+        &object,
+        &pod_refs,
+        &service_refs,
+        pod_group.as_ref(),
+        now,
+        &ctx.config,
+    );
 
     // Status first: the failures it counts (by pod UID) are on record
     // before the pods that showed them are deleted, so neither a failed
@@ -468,6 +498,43 @@ async fn execute(
         }
         ChildAction::SetServiceOwners { name, uid, owners } => {
             set_child_owners(&services, "claiming service", name, uid, &owners).await
+        }
+        ChildAction::CreatePodGroup(group) => {
+            let groups: Api<PodGroupObject> = Api::namespaced(ctx.client.clone(), namespace);
+            let group: PodGroupObject = serde_json::from_value(*group).unwrap_or_default();
+            let name = group.metadata.name.clone().unwrap_or_default();
+            match groups.create(&PostParams::default(), &group).await {
+                Ok(_) => Ok(()),
+                Err(error) if is_status(&error, 409) => Ok(()),
+                Err(source) => Err(ReconcileFailure::Api {
+                    what: "creating podgroup",
+                    name,
+                    source,
+                }),
+            }
+        }
+        ChildAction::DeletePodGroup { name, uid } => {
+            let groups: Api<PodGroupObject> = Api::namespaced(ctx.client.clone(), namespace);
+            match groups.delete(&name, &delete_params(uid, None)).await {
+                Ok(_) => {
+                    let message = format!("Deleted PodGroup: {name}");
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Normal,
+                        "SuccessfulDeletePodGroup",
+                        message,
+                    )
+                    .await;
+                    Ok(())
+                }
+                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
+                Err(source) => Err(ReconcileFailure::Api {
+                    what: "deleting podgroup",
+                    name,
+                    source,
+                }),
+            }
         }
         ChildAction::DeleteJob { name, uid } => {
             let jobs: Api<TFJobObject> = Api::namespaced(ctx.client.clone(), namespace);

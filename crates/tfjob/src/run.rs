@@ -14,7 +14,7 @@ use kube::Api;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::TFJobObject;
+use crate::api::{PodGroupObject, TFJobObject};
 use crate::metrics::Metrics;
 use crate::plan::PlanConfig;
 use crate::plan::names::WATCH_SELECTOR;
@@ -133,6 +133,22 @@ impl Operator {
                 child_store_options(|service: &Service| &service.metadata),
             )
             .map_err(setup)?;
+        let pod_groups: Option<CachedStore<PodGroupObject>> = match config.plan.gang {
+            Some(_) => Some(
+                manager
+                    .caches()
+                    .add(
+                        "podgroups",
+                        api(&client, namespace),
+                        watcher::Config::default(),
+                        StoreOptions::default().transform(|group: &mut PodGroupObject| {
+                            group.metadata.managed_fields = None;
+                        }),
+                    )
+                    .map_err(setup)?,
+            ),
+            None => None,
+        };
         let events = EventSink::new(
             client.clone(),
             "tf-operator",
@@ -140,9 +156,12 @@ impl Operator {
         );
         let context = Arc::new(Context::new(
             client,
-            jobs.clone(),
-            pods.clone(),
-            services.clone(),
+            reconcile::Stores {
+                jobs: jobs.clone(),
+                pods: pods.clone(),
+                services: services.clone(),
+                pod_groups: pod_groups.clone(),
+            },
             config.plan.clone(),
             events,
             metrics,
@@ -178,6 +197,15 @@ impl Operator {
                     queue.add(key);
                 }
             })
+        };
+        let controller = match &pod_groups {
+            // Admission (the group's phase) wakes its job.
+            Some(groups) => controller.watches(groups, |event, queue| {
+                if let Some(key) = reconcile::child_key(&event.object().metadata) {
+                    queue.add(key);
+                }
+            }),
+            None => controller,
         };
         manager.add(controller);
         Ok(Operator {

@@ -66,11 +66,12 @@ pub struct RunArgs {
     /// JSON log records (true) or text (false); overrides --log-format.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub json_log_format: Option<bool>,
-    /// Volcano / scheduler-plugins PodGroups. Not supported yet: the
-    /// operator refuses to start with it rather than run without gangs.
+    /// Volcano PodGroups: each job's group is created first and its pods
+    /// only once Volcano admitted it.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set)]
     pub enable_gang_scheduling: bool,
-    /// The gang scheduler (`volcano` or a scheduler-plugins name).
+    /// The gang scheduler: `volcano` (scheduler-plugins is not supported
+    /// yet and refused).
     #[arg(long, default_value = "volcano")]
     pub gang_scheduler_name: String,
     /// Port of the plain-HTTP `/metrics` (with `/healthz`, `/readyz`) on all
@@ -227,9 +228,9 @@ impl RunArgs {
 
     /// The operator's settings from the flags.
     pub fn operator_config(&self) -> anyhow::Result<OperatorConfig> {
-        if self.enable_gang_scheduling {
+        if self.enable_gang_scheduling && self.gang_scheduler_name != "volcano" {
             anyhow::bail!(
-                "--enable-gang-scheduling: gang scheduling (gang scheduler {:?}) is not supported by this operator yet; run without the flag",
+                "--gang-scheduler-name {:?}: only volcano PodGroups are supported yet (scheduler-plugins is not); use --gang-scheduler-name volcano",
                 self.gang_scheduler_name
             );
         }
@@ -251,6 +252,11 @@ impl RunArgs {
             CleanPodPolicyArg::None => CleanPodPolicy::None,
         };
         config.plan.retryable_exit_codes = self.retryable_exit_codes.clone();
+        config.plan.gang = self
+            .enable_gang_scheduling
+            .then(|| ::tfjob::plan::gang::GangConfig {
+                scheduler_name: self.gang_scheduler_name.clone(),
+            });
         Ok(config)
     }
 }
@@ -458,11 +464,21 @@ mod tests {
                 .to_string();
             assert!(error.contains(value) && error.contains(rule), "{error}");
         }
-        let gang = parse(&["gpufleet", "tfjob", "--enable-gang-scheduling"])
+        let gang = parse(&[
+            "gpufleet",
+            "tfjob",
+            "--enable-gang-scheduling",
+            "--gang-scheduler-name",
+            "scheduler-plugins-scheduler",
+        ])
+        .operator_config()
+        .unwrap_err()
+        .to_string();
+        assert!(gang.contains("--gang-scheduler-name"), "{gang}");
+        let volcano = parse(&["gpufleet", "tfjob", "-enable-gang-scheduling"])
             .operator_config()
-            .unwrap_err()
-            .to_string();
-        assert!(gang.contains("--enable-gang-scheduling"), "{gang}");
+            .unwrap();
+        assert_eq!(volcano.plan.gang.unwrap().scheduler_name, "volcano");
     }
 
     #[test]

@@ -125,3 +125,64 @@ mod tests {
         assert_eq!(back.spec, job.spec);
     }
 }
+
+/// A Volcano `PodGroup` (`scheduling.volcano.sh/v1beta1`), for gang
+/// scheduling; only metadata and `status.phase` are read.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PodGroupObject {
+    #[serde(rename = "apiVersion", default = "pod_group_api_version")]
+    pub api_version: String,
+    #[serde(default = "pod_group_kind")]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub spec: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub status: Value,
+}
+
+fn pod_group_api_version() -> String {
+    "scheduling.volcano.sh/v1beta1".to_string()
+}
+
+fn pod_group_kind() -> String {
+    "PodGroup".to_string()
+}
+
+impl Resource for PodGroupObject {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("PodGroup")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("scheduling.volcano.sh")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1beta1")
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("scheduling.volcano.sh/v1beta1")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("podgroups")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl PodGroupObject {
+    /// `status.phase`, if any.
+    pub fn phase(&self) -> Option<String> {
+        self.status
+            .get("phase")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+}

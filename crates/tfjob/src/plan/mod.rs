@@ -10,6 +10,7 @@
 pub mod children;
 pub mod conditions;
 pub mod failures;
+pub mod gang;
 pub mod indexes;
 pub mod names;
 pub mod tf_config;
@@ -40,6 +41,8 @@ pub struct PlanConfig {
     pub retryable_exit_codes: ExitCodeSet,
     /// Pacing of pod re-creation after counted failures.
     pub backoff: Backoff,
+    /// Gang scheduling with Volcano PodGroups; None: off.
+    pub gang: Option<gang::GangConfig>,
 }
 
 impl Default for PlanConfig {
@@ -49,6 +52,7 @@ impl Default for PlanConfig {
             default_clean_pod_policy: CleanPodPolicy::Running,
             retryable_exit_codes: ExitCodeSet::default(),
             backoff: Backoff::default(),
+            gang: None,
         }
     }
 }
@@ -83,6 +87,12 @@ pub enum ChildAction {
         name: String,
         uid: Option<String>,
         owners: Vec<OwnerReference>,
+    },
+    /// Gang scheduling: the job's Volcano PodGroup, before any pod.
+    CreatePodGroup(Box<serde_json::Value>),
+    DeletePodGroup {
+        name: String,
+        uid: Option<String>,
     },
     /// `ttlSecondsAfterFinished` expired: delete the job (background
     /// propagation; the garbage collector takes the children), only the
@@ -171,6 +181,19 @@ pub fn plan(
     now: jiff::Timestamp,
     config: &PlanConfig,
 ) -> Plan {
+    plan_with_pod_group(object, pods, services, None, now, config)
+}
+
+/// [`plan`] with the job's PodGroup as observed (gang scheduling; `None`
+/// when there is none or gang scheduling is off).
+pub fn plan_with_pod_group(
+    object: &TFJobObject,
+    pods: &[&Pod],
+    services: &[&Service],
+    pod_group: Option<&gang::ObservedPodGroup>,
+    now: jiff::Timestamp,
+    config: &PlanConfig,
+) -> Plan {
     let now = Time(now);
     if object.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the children; nothing to decide.
@@ -197,6 +220,7 @@ pub fn plan(
         events: Vec::new(),
         status: job.status.clone().unwrap_or_default(),
         wake_at: None,
+        pod_group,
     };
     planner.run(pods, services);
     let old = job.status.clone().unwrap_or_default();
@@ -277,6 +301,7 @@ struct Planner<'a> {
     status: JobStatus,
     /// The earliest instant something is due without a change.
     wake_at: Option<jiff::Timestamp>,
+    pod_group: Option<&'a gang::ObservedPodGroup>,
 }
 
 /// What one replica type's pods say, before anything is decided.
@@ -520,7 +545,18 @@ impl Planner<'_> {
                 status.active = 0;
             }
         }
+        self.delete_pod_group();
         self.ttl();
+    }
+
+    /// A finished or suspended job holds no gang reservation.
+    fn delete_pod_group(&mut self) {
+        if let (Some(_), Some(group)) = (&self.config.gang, self.pod_group) {
+            self.actions.push(ChildAction::DeletePodGroup {
+                name: self.name().to_string(),
+                uid: group.uid.clone(),
+            });
+        }
     }
 
     /// `ttlSecondsAfterFinished`: delete the job once it expired, else be
@@ -563,6 +599,7 @@ impl Planner<'_> {
         for status in self.status.replica_statuses.values_mut() {
             status.active = 0;
         }
+        self.delete_pod_group();
         let message = cond::suspended_message(self.name());
         if cond::has_true(&self.status, cond::RUNNING) {
             cond::set_with_status(
@@ -826,6 +863,19 @@ impl Planner<'_> {
                 });
             }
         }
+        if self.config.gang.is_some() {
+            match self.pod_group {
+                // The group first; its pods once Volcano admitted it.
+                None => {
+                    let group = gang::pod_group(self.job, self.spec);
+                    self.actions
+                        .push(ChildAction::CreatePodGroup(Box::new(group)));
+                    return;
+                }
+                Some(group) if !group.is_admitted() => return,
+                Some(_) => {}
+            }
+        }
         if observed.values().all(|seen| seen.missing.is_empty()) {
             return;
         }
@@ -867,6 +917,17 @@ impl Planner<'_> {
                 )
                 .keyed(key),
             );
+        }
+        let mut pod = pod;
+        if let Some(gang) = &self.config.gang {
+            let name = self.name().to_string();
+            pod.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(gang::GROUP_NAME_ANNOTATION.to_string(), name);
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.scheduler_name = Some(gang.scheduler_name.clone());
+            }
         }
         self.actions.push(ChildAction::CreatePod(Box::new(pod)));
     }

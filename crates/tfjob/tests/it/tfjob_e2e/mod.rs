@@ -3,4 +3,5 @@
 //! scenarios of issue 15, `policies` those of issue 16.
 
 mod core;
+mod gang;
 mod policies;
