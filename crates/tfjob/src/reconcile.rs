@@ -215,6 +215,7 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
         .map(|group| plan::gang::ObservedPodGroup {
             uid: group.metadata.uid.clone(),
             phase: group.phase(),
+            created: group.metadata.creation_timestamp.as_ref().map(|t| t.0),
         });
     let plan = plan::plan_with_pod_group(
         &object,

@@ -55,6 +55,11 @@ pub fn backoff_limit_message(name: &str) -> String {
 pub fn deadline_message(name: &str) -> String {
     format!("Job {name} has failed because it was active longer than specified deadline")
 }
+/// Gang scheduling gave up waiting for the PodGroup (gpufleet's wording;
+/// upstream left the job pending forever).
+pub fn scheduling_timeout_message(name: &str, seconds: i32) -> String {
+    format!("Job {name} has failed because its PodGroup was not admitted within {seconds} seconds")
+}
 /// `TFJob {name} is suspended.`
 pub fn suspended_message(name: &str) -> String {
     format!("TFJob {name} is suspended.")

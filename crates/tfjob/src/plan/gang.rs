@@ -28,6 +28,8 @@ pub struct ObservedPodGroup {
     pub uid: Option<String>,
     /// `status.phase` (`Pending`, `Inqueue`, `Running`, ...).
     pub phase: Option<String>,
+    /// When the group was created (the scheduling timeout runs from it).
+    pub created: Option<jiff::Timestamp>,
 }
 
 impl ObservedPodGroup {
@@ -266,6 +268,7 @@ mod tests {
         let phase = |p: Option<&str>| ObservedPodGroup {
             uid: None,
             phase: p.map(str::to_string),
+            created: None,
         };
         assert!(!phase(None).is_admitted());
         assert!(!phase(Some("Pending")).is_admitted());

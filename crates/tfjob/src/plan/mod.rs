@@ -810,6 +810,9 @@ impl Planner<'_> {
                 };
             }
         }
+        if let Some(timeout) = self.scheduling_timeout() {
+            return timeout;
+        }
         // A retry elsewhere never hides this (upstream's Restarting mask).
         if let Some((rtype, seen)) = observed
             .iter()
@@ -829,6 +832,36 @@ impl Planner<'_> {
             return Verdict::Succeeded;
         }
         Verdict::Going
+    }
+
+    /// `schedulingPolicy.scheduleTimeoutSeconds` with gang scheduling: a
+    /// PodGroup not admitted that long after its creation fails the job
+    /// (report 5.3's pending timeout); until then the plan wakes at it.
+    fn scheduling_timeout(&mut self) -> Option<Verdict> {
+        self.config.gang.as_ref()?;
+        let group = self.pod_group?;
+        if group.is_admitted() {
+            return None;
+        }
+        let seconds = self
+            .job
+            .spec
+            .run_policy
+            .as_ref()
+            .and_then(|run| run.scheduling_policy.as_ref())
+            .and_then(|policy| policy.schedule_timeout_seconds)?;
+        let due = group
+            .created?
+            .checked_add(jiff::SignedDuration::from_secs(i64::from(seconds.max(0))))
+            .unwrap_or(jiff::Timestamp::MAX);
+        if self.now.0 >= due {
+            return Some(Verdict::Failed {
+                reason: cond::REASON_JOB_FAILED,
+                message: cond::scheduling_timeout_message(self.name(), seconds),
+            });
+        }
+        self.wake_at(due);
+        None
     }
 
     /// Report 2.11: the Chief (or Master) decides when there is one;

@@ -571,3 +571,87 @@ fn a_job_managed_by_another_controller_is_never_reconciled() {
     );
     assert_eq!(created_pods(&run(&ours, &[], &[])).len(), 6);
 }
+
+// --- Gang scheduling --------------------------------------------------------------
+
+fn run_gang(job: &TFJob, group: Option<&gang::ObservedPodGroup>, when: jiff::Timestamp) -> Plan {
+    let config = PlanConfig {
+        gang: Some(gang::GangConfig {
+            scheduler_name: "volcano".into(),
+        }),
+        ..PlanConfig::default()
+    };
+    let services = all_services(job);
+    let service_refs: Vec<&Service> = services.iter().collect();
+    plan_with_pod_group(&object(job), &[], &service_refs, group, when, &config)
+}
+
+#[test]
+fn with_gang_scheduling_the_pod_group_comes_first_and_pods_only_once_it_is_admitted() {
+    let job = after_first_pass(&dist_mnist());
+    let first = run_gang(&job, None, now());
+    assert!(created_pods(&first).is_empty());
+    assert!(
+        first
+            .actions
+            .iter()
+            .any(|a| matches!(a, ChildAction::CreatePodGroup(_)))
+    );
+    let pending = gang::ObservedPodGroup {
+        uid: Some("pg-1".into()),
+        phase: Some("Pending".into()),
+        created: Some(now()),
+    };
+    assert!(created_pods(&run_gang(&job, Some(&pending), now())).is_empty());
+    let admitted = gang::ObservedPodGroup {
+        phase: Some("Inqueue".into()),
+        ..pending
+    };
+    let go = run_gang(&job, Some(&admitted), now());
+    assert_eq!(created_pods(&go).len(), 6, "the whole gang at once");
+    let ChildAction::CreatePod(pod) = &go
+        .actions
+        .iter()
+        .find(|a| matches!(a, ChildAction::CreatePod(_)))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        pod.spec.as_ref().unwrap().scheduler_name.as_deref(),
+        Some("volcano")
+    );
+}
+
+#[test]
+fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
+    let mut base = dist_mnist();
+    base.spec.run_policy = Some(RunPolicy {
+        scheduling_policy: Some(crate::api::SchedulingPolicy {
+            schedule_timeout_seconds: Some(60),
+            ..Default::default()
+        }),
+        ..RunPolicy::default()
+    });
+    let job = after_first_pass(&base);
+    let pending = gang::ObservedPodGroup {
+        uid: Some("pg-1".into()),
+        phase: Some("Pending".into()),
+        created: Some(now()),
+    };
+    let waiting = run_gang(&job, Some(&pending), at(30));
+    assert!(!true_conditions(&waiting.status).contains(&"Failed"));
+    assert_eq!(waiting.requeue_after, Some(Duration::from_secs(30)));
+    let late = run_gang(&job, Some(&pending), at(60));
+    let last = last_condition(&late.status);
+    assert_eq!(last.type_, "Failed");
+    assert_eq!(
+        last.message.as_deref(),
+        Some("Job test-tfjob has failed because its PodGroup was not admitted within 60 seconds")
+    );
+    assert!(
+        late.actions
+            .iter()
+            .any(|a| matches!(a, ChildAction::DeletePodGroup { .. }))
+    );
+}

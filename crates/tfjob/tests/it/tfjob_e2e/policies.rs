@@ -77,20 +77,19 @@ async fn exit_1_under_exit_code_fails_the_job_with_the_upstream_reason_and_no_re
         Some("Failed"),
         "kept: cleanPodPolicy Running deletes only running pods"
     );
-    // Counted once, under the legacy and the training-operator name.
+    // Counted once, under the legacy and the training-operator name (right
+    // after the status write that the test saw).
     let ns = &cluster.namespace;
-    assert_eq!(
-        operator.metric(&format!(
-            "tf_operator_jobs_failed_total{{job_namespace=\"{ns}\"}}"
-        )),
-        Some(1.0)
+    let legacy = format!("tf_operator_jobs_failed_total{{job_namespace=\"{ns}\"}}");
+    let current = format!(
+        "training_operator_jobs_failed_total{{job_namespace=\"{ns}\",framework=\"tensorflow\"}}"
     );
-    assert_eq!(
-        operator.metric(&format!(
-            "training_operator_jobs_failed_total{{job_namespace=\"{ns}\",framework=\"tensorflow\"}}"
-        )),
-        Some(1.0)
-    );
+    eventually("the failure is counted", || async {
+        operator.metric(&legacy) == Some(1.0) && operator.metric(&current) == Some(1.0)
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(operator.metric(&legacy), Some(1.0), "once");
     operator.stop().await;
 }
 
