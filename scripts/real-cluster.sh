@@ -554,6 +554,178 @@ EOF
       echo "---"
       cat "$s"
     done
+    # The simulated kubelet's container lifecycle (docs/kube-sim.md), so a
+    # test's pod manifests mean the same on both lanes.
+    cat <<'STAGE'
+---
+# Containers of a pod annotated kube-sim.gpufleet.dev/run-seconds exit that
+# many seconds after they (re)started, with the code that
+# kube-sim.gpufleet.dev/exit-code[.<container>] gives the run (a list gives
+# successive runs their codes, the last repeating; default 0). The pod's
+# restartPolicy decides as a kubelet does: Always restarts after any exit,
+# OnFailure after a non-zero one (CrashLoopBackOff for 1 s, the exit in
+# lastState, then running with restartCount + 1; stage
+# gpufleet-container-restart), Never never; once every container has ended
+# for good the pod is Succeeded (all codes 0) or Failed. What differs from
+# kube-sim is in docs/real-cluster.md.
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: gpufleet-container-exit
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Running'
+    # A malformed value leaves the containers running, as on kube-sim.
+    - key: '.metadata.annotations["kube-sim.gpufleet.dev/run-seconds"] // "" | test("^\\s*[0-9]+(\\.[0-9]*)?\\s*$")'
+      operator: 'In'
+      values:
+      - 'true'
+    - key: '[.status.containerStatuses[]? | select(.state.running.startedAt != null)] | length > 0'
+      operator: 'In'
+      values:
+      - 'true'
+  delay:
+    # run-seconds from the (re)start. The stored startedAt is cut to the
+    # second, so it is read as the end of its second, and never more than
+    # run-seconds from now: exact when matched on the start's own write,
+    # at most 1 s late when someone else's status write re-matches the pod.
+    durationFrom:
+      jq:
+        expression: '(.metadata.annotations["kube-sim.gpufleet.dev/run-seconds"] | tonumber) as $run | ([.status.containerStatuses[] | .state.running.startedAt // empty | fromdateiso8601] | max) as $started | [$run, $started + 1 + $run - now] | min | if . < 0 then 0 else . end | . * 1000 | floor | tostring + "ms"'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $root := . }}
+      {{ $annotations := or .metadata.annotations dict }}
+      {{ $policy := or .spec.restartPolicy "Always" }}
+      {{ $allDone := true }}
+      {{ $allOk := true }}
+      {{ $unready := list }}
+      containerStatuses:
+      {{ range $container := .spec.containers }}
+      {{ $status := dict "state" dict }}
+      {{ range $root.status.containerStatuses }}{{ if eq .name $container.name }}{{ $status = . }}{{ end }}{{ end }}
+      {{ if not $status.state.running }}
+      - {{ toJson $status }}
+      {{ if $status.state.terminated }}{{ if ne (int $status.state.terminated.exitCode) 0 }}{{ $allOk = false }}{{ end }}{{ else }}{{ $allDone = false }}{{ $unready = append $unready $container.name }}{{ end }}
+      {{ else }}
+      {{ $codes := splitList "," (or (index $annotations (printf "kube-sim.gpufleet.dev/exit-code.%s" $container.name)) (index $annotations "kube-sim.gpufleet.dev/exit-code") "0") }}
+      {{ $restarts := int (or $status.restartCount 0) }}
+      {{ $code := atoi (trim (index $codes (min $restarts (sub (len $codes) 1)))) }}
+      {{ $reason := "Completed" }}{{ if ne $code 0 }}{{ $reason = "Error" }}{{ end }}
+      {{ $terminated := dict "exitCode" $code "reason" $reason "startedAt" $status.state.running.startedAt "finishedAt" $now }}
+      {{ if or (eq $policy "Always") (and (eq $policy "OnFailure") (ne $code 0)) }}
+      {{ $allDone = false }}
+      {{ $unready = append $unready $container.name }}
+      - image: {{ $container.image | Quote }}
+        name: {{ $container.name | Quote }}
+        ready: false
+        started: false
+        restartCount: {{ $restarts }}
+        lastState:
+          terminated: {{ toJson $terminated }}
+        state:
+          waiting:
+            reason: CrashLoopBackOff
+            message: {{ printf "back-off restarting container %s" $container.name | Quote }}
+      {{ else }}
+      {{ if ne $code 0 }}{{ $allOk = false }}{{ end }}
+      - image: {{ $container.image | Quote }}
+        name: {{ $container.name | Quote }}
+        ready: false
+        started: false
+        restartCount: {{ $restarts }}
+        lastState: {{ toJson (or $status.lastState dict) }}
+        state:
+          terminated: {{ toJson $terminated }}
+      {{ end }}
+      {{ end }}
+      {{ end }}
+      conditions:
+      {{ range $type := list "Ready" "ContainersReady" }}
+      - type: {{ $type }}
+        status: "False"
+        lastTransitionTime: {{ $now | Quote }}
+        {{ if $allDone }}
+        reason: PodCompleted
+        {{ else }}
+        reason: ContainersNotReady
+        message: {{ printf "containers with unready status: [%s]" (join " " $unready) | Quote }}
+        {{ end }}
+      {{ end }}
+      phase: {{ if not $allDone }}Running{{ else if $allOk }}Succeeded{{ else }}Failed{{ end }}
+---
+# The other half of a restart: a container in CrashLoopBackOff runs again
+# after 1 s (kube-sim's default restart delay) with restartCount + 1.
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: gpufleet-container-restart
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Running'
+    - key: '.metadata.annotations["kube-sim.gpufleet.dev/run-seconds"]'
+      operator: 'Exists'
+    - key: '[.status.containerStatuses[]? | select(.state.waiting.reason == "CrashLoopBackOff")] | length > 0'
+      operator: 'In'
+      values:
+      - 'true'
+  delay:
+    durationMilliseconds: 1000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $unready := list }}
+      containerStatuses:
+      {{ range $status := .status.containerStatuses }}
+      {{ if and $status.state.waiting (eq $status.state.waiting.reason "CrashLoopBackOff") }}
+      - image: {{ $status.image | Quote }}
+        name: {{ $status.name | Quote }}
+        ready: true
+        started: true
+        restartCount: {{ add1 (int $status.restartCount) }}
+        lastState: {{ toJson $status.lastState }}
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ else }}
+      {{ if not $status.state.running }}{{ $unready = append $unready $status.name }}{{ end }}
+      - {{ toJson $status }}
+      {{ end }}
+      {{ end }}
+      conditions:
+      {{ range $type := list "Ready" "ContainersReady" }}
+      - type: {{ $type }}
+        lastTransitionTime: {{ $now | Quote }}
+        {{ if $unready }}
+        status: "False"
+        reason: ContainersNotReady
+        message: {{ printf "containers with unready status: [%s]" (join " " $unready) | Quote }}
+        {{ else }}
+        status: "True"
+        reason: null
+        message: null
+        {{ end }}
+      {{ end }}
+STAGE
     cat <<EOF
 ---
 # Default for every pod in gpu-operator: the nvidia-smi shim, no node chosen

@@ -32,6 +32,9 @@ pub struct ManagerConfig {
     /// Longest wait for workers to finish when leadership ends (default 20 s, inside
     /// Kubernetes' default 30 s termination grace period).
     pub drain_timeout: Duration,
+    /// Campaign for the Lease (default true). Off, the replica leads from the start
+    /// and touches no Lease: for a single replica (`--leader-elect=false`).
+    pub leader_election: bool,
 }
 
 impl ManagerConfig {
@@ -40,6 +43,7 @@ impl ManagerConfig {
         Self {
             election,
             drain_timeout: Duration::from_secs(20),
+            leader_election: true,
         }
     }
 }
@@ -146,13 +150,32 @@ impl Manager {
             }
             () = shutdown.cancelled() => false,
         };
-        if synced {
+        if synced && self.config.leader_election {
             self.campaign(&elector, &shutdown).await;
+        } else if synced {
+            self.lead_without_election(&shutdown).await;
         }
         self.readiness.stopped();
         caches_stop.cancel();
         flatten_cache_result(cache_task.await)?;
         Ok(())
+    }
+
+    /// What one leadership term runs.
+    fn lifetime(&self) -> LeaderLifetime {
+        LeaderLifetime {
+            caches: self.caches.clone(),
+            readiness: self.readiness.clone(),
+            work: self.work.clone(),
+            queue_metrics: self.queue_metrics.clone(),
+            drain_timeout: self.config.drain_timeout,
+        }
+    }
+
+    /// Leader work for the whole life of the process, no Lease involved.
+    async fn lead_without_election(&self, shutdown: &CancellationToken) {
+        self.lifetime().run(shutdown.child_token()).await;
+        self.readiness.stopped_leading();
     }
 
     async fn campaign(&self, elector: &LeaderElector, shutdown: &CancellationToken) {
@@ -161,13 +184,7 @@ impl Manager {
         let on_new_leader = move |holder: &str| readiness.observed_leader(holder, &identity);
         loop {
             self.readiness.campaigning();
-            let lifetime = LeaderLifetime {
-                caches: self.caches.clone(),
-                readiness: self.readiness.clone(),
-                work: self.work.clone(),
-                queue_metrics: self.queue_metrics.clone(),
-                drain_timeout: self.config.drain_timeout,
-            };
+            let lifetime = self.lifetime();
             let outcome = elector
                 .run(shutdown, &on_new_leader, move |leader_token| {
                     lifetime.run(leader_token)

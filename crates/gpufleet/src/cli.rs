@@ -42,7 +42,7 @@ pub enum Command {
     #[command(subcommand)]
     Gpuid(GpuidCommand),
     /// The Kubeflow TFJob operator (kubeflow.org/v1), or `tfjob convert`.
-    Tfjob(crate::commands::tfjob::TfjobArgs),
+    Tfjob(Box<crate::commands::tfjob::TfjobArgs>),
     /// The Mokka simulated-GPU control plane (upstream's control-plane
     /// flags), or `mokka render`.
     Mokka(crate::commands::mokka::MokkaArgs),

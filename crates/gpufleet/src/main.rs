@@ -10,12 +10,15 @@ mod throttle;
 use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
-    let matches = cli::Cli::command().get_matches();
+    // `gpufleet tfjob` takes tf-operator's Go-style `-flag` spelling too.
+    let args = commands::tfjob::single_dash_to_double(std::env::args_os().collect());
+    let matches = cli::Cli::command().get_matches_from(args);
     let cli = match cli::Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    // `gpufleet mokka` takes upstream's log flags and variables.
+    // `gpufleet mokka` takes upstream's log flags and variables, `gpufleet
+    // tfjob` tf-operator's `-json-log-format`.
     let (log_format, log_level) = match &cli.command {
         cli::Command::Mokka(args) if args.command.is_none() => {
             match commands::mokka::log_settings(&matches, |name| std::env::var(name).ok()) {
@@ -26,6 +29,11 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
+        cli::Command::Tfjob(tfjob) => match tfjob.run.json_log_format {
+            Some(true) => (cli::LogFormat::Json, cli.log_level),
+            Some(false) => (cli::LogFormat::Text, cli.log_level),
+            None => (cli.log_format, cli.log_level),
+        },
         _ => (cli.log_format, cli.log_level),
     };
     if let Err(e) = logging::init(log_format, log_level) {
@@ -61,7 +69,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Gpuid(cli::GpuidCommand::Run(args)) => {
                 return Ok(commands::gpuid::run(args).await);
             }
-            cli::Command::Tfjob(args) => commands::tfjob::main(args).await,
+            cli::Command::Tfjob(args) => commands::tfjob::main(*args).await,
             cli::Command::Mokka(commands::mokka::MokkaArgs {
                 command: Some(commands::mokka::MokkaCommand::Render(args)),
                 ..

@@ -12,12 +12,15 @@ use std::sync::Arc;
 
 use controller_kit::{Action, CachedStore, EventSink, ReconcileError};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+};
 use kube::runtime::events::EventType as KubeEventType;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
-use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
+use crate::api::{API_VERSION, JobStatus, KIND, PodGroupObject, TFJobObject};
 use crate::plan::{self, ChildAction, EventType, PlanConfig, PlannedEvent, conditions, names};
 
 /// Index of pods and Services by the UID of their controlling TFJob.
@@ -73,28 +76,38 @@ pub struct Context {
     pub jobs: CachedStore<TFJobObject>,
     pub pods: CachedStore<Pod>,
     pub services: CachedStore<Service>,
+    /// Volcano PodGroups, when gang scheduling is on.
+    pub pod_groups: Option<CachedStore<PodGroupObject>>,
     pub config: PlanConfig,
     pub events: EventSink,
-    pub metrics: crate::run::Metrics,
+    pub metrics: crate::metrics::Metrics,
     emitted: Mutex<HashSet<String>>,
     written: Mutex<HashMap<String, WrittenStatus>>,
+}
+
+/// The caches the reconciler reads.
+pub struct Stores {
+    pub jobs: CachedStore<TFJobObject>,
+    pub pods: CachedStore<Pod>,
+    pub services: CachedStore<Service>,
+    /// Volcano PodGroups, when gang scheduling is on.
+    pub pod_groups: Option<CachedStore<PodGroupObject>>,
 }
 
 impl Context {
     pub fn new(
         client: kube::Client,
-        jobs: CachedStore<TFJobObject>,
-        pods: CachedStore<Pod>,
-        services: CachedStore<Service>,
+        stores: Stores,
         config: PlanConfig,
         events: EventSink,
-        metrics: crate::run::Metrics,
+        metrics: crate::metrics::Metrics,
     ) -> Self {
         Self {
             client,
-            jobs,
-            pods,
-            services,
+            jobs: stores.jobs,
+            pods: stores.pods,
+            services: stores.services,
+            pod_groups: stores.pod_groups,
             config,
             events,
             metrics,
@@ -151,6 +164,15 @@ pub fn child_key(
 
 /// One pass for the job `namespace/name`.
 pub async fn reconcile(ctx: Arc<Context>, key: String) -> Result<Action, ReconcileError> {
+    let started = std::time::Instant::now();
+    // JSON logs of a pass carry the job's key and UID.
+    let span = tracing::info_span!("reconcile", job = %key, uid = tracing::field::Empty);
+    let result = reconcile_job(&ctx, key).instrument(span).await;
+    ctx.metrics.observe_reconcile(started.elapsed());
+    result
+}
+
+async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileError> {
     let Some((namespace, name)) = key
         .split_once('/')
         .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
@@ -162,6 +184,7 @@ pub async fn reconcile(ctx: Arc<Context>, key: String) -> Result<Action, Reconci
     };
     let mut object = (*cached).clone();
     let uid = object.metadata.uid.clone().unwrap_or_default();
+    tracing::Span::current().record("uid", uid.as_str());
     {
         let mut written = ctx.written.lock();
         match written.get(&uid) {
@@ -179,26 +202,36 @@ pub async fn reconcile(ctx: Arc<Context>, key: String) -> Result<Action, Reconci
     let pod_refs: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
     let service_refs: Vec<&Service> = services.iter().map(Arc::as_ref).collect();
     let old_status = object.status();
-    let plan = plan::plan(
+    let now = jiff::Timestamp::now();
+    // The job's PodGroup: named after it and controlled by it.
+    let pod_group = ctx
+        .pod_groups
+        .as_ref()
+        .and_then(|groups| groups.get_namespaced(namespace, name))
+        .filter(|group| {
+            names::controller_of(group.metadata.owner_references.as_ref())
+                .is_some_and(|owner| owner.uid == uid)
+        })
+        .map(|group| plan::gang::ObservedPodGroup {
+            uid: group.metadata.uid.clone(),
+            phase: group.phase(),
+            created: group.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        });
+    let plan = plan::plan_with_pod_group(
         &object,
         &pod_refs,
         &service_refs,
-        jiff::Timestamp::now(),
+        pod_group.as_ref(),
+        now,
         &ctx.config,
     );
 
-    let reference = job_reference(&object);
-    let mut first_error: Option<ReconcileFailure> = None;
-    for action in plan.actions {
-        if let Err(error) = execute(&ctx, namespace, &reference, action).await {
-            tracing::warn!(job = %key, %error, "child action failed");
-            first_error.get_or_insert(error);
-        }
-    }
-
+    // Status first: the failures it counts (by pod UID) are on record
+    // before the pods that showed them are deleted, so neither a failed
+    // delete nor an operator restart loses or repeats a count.
     if plan.status_changed {
         let written_resource_version =
-            write_status(&ctx, namespace, name, &old_status, &plan.status).await?;
+            write_status(ctx, namespace, name, &old_status, &plan.status).await?;
         ctx.written.lock().insert(
             uid.clone(),
             WrittenStatus {
@@ -207,25 +240,59 @@ pub async fn reconcile(ctx: Arc<Context>, key: String) -> Result<Action, Reconci
                 status: plan.status.clone(),
             },
         );
-        let had_created = old_status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == conditions::CREATED);
-        let has_created = plan
-            .status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == conditions::CREATED);
-        if has_created && !had_created {
-            ctx.metrics.job_created(namespace);
+        record_transitions(ctx, namespace, &object, &old_status, &plan.status, now);
+        let state = |status: &JobStatus| status.conditions.last().map(|c| c.type_.clone());
+        if state(&old_status) != state(&plan.status) {
+            let last = plan.status.conditions.last();
+            tracing::info!(
+                state = last.map_or("", |c| c.type_.as_str()),
+                reason = last.and_then(|c| c.reason.as_deref()).unwrap_or_default(),
+                "job state changed"
+            );
         }
     }
+
+    // The events of the transitions just written, then the child actions
+    // (and their own events): a reader sees TFJobSucceeded before the
+    // cleanup's SuccessfulDeletePod.
+    let reference = job_reference(&object);
     for event in plan.events {
-        publish_planned(&ctx, &reference, namespace, event).await;
+        publish_planned(ctx, &reference, namespace, event).await;
     }
-    match first_error {
-        Some(error) => Err(Box::new(error)),
-        None => Ok(Action::AwaitChange),
+    let mut first_error: Option<ReconcileFailure> = None;
+    for action in plan.actions {
+        if let Err(error) = execute(ctx, namespace, &reference, action).await {
+            tracing::warn!(%error, "child action failed");
+            first_error.get_or_insert(error);
+        }
+    }
+    match (first_error, plan.requeue_after) {
+        (Some(error), _) => Err(Box::new(error)),
+        (None, Some(after)) => Ok(Action::RequeueAfter(after)),
+        (None, None) => Ok(Action::AwaitChange),
+    }
+}
+
+/// Metrics that follow status transitions: created (first Created
+/// condition) and the time from creation to the first Running.
+fn record_transitions(
+    ctx: &Context,
+    namespace: &str,
+    object: &TFJobObject,
+    old: &JobStatus,
+    new: &JobStatus,
+    now: jiff::Timestamp,
+) {
+    let has = |status: &JobStatus, type_: &str| status.conditions.iter().any(|c| c.type_ == type_);
+    if has(new, conditions::CREATED) && !has(old, conditions::CREATED) {
+        ctx.metrics.jobs_created.inc(namespace);
+    }
+    if has(new, conditions::RUNNING)
+        && !has(old, conditions::RUNNING)
+        && let Some(created) = object.metadata.creation_timestamp.as_ref()
+    {
+        let seconds = now.duration_since(created.0).as_secs_f64().max(0.0);
+        ctx.metrics.time_to_running.observe(seconds);
     }
 }
 
@@ -262,6 +329,132 @@ fn is_status(error: &kube::Error, code: u16) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
+/// How one kind of child is named in events, messages and metrics.
+struct ChildKind {
+    /// `pod`, `service`: in `Created pod: …`.
+    noun: &'static str,
+    /// `Pod`, `Service`: in the event reasons (`SuccessfulCreatePod`).
+    title: &'static str,
+    creating: &'static str,
+    deleting: &'static str,
+}
+
+const POD: ChildKind = ChildKind {
+    noun: "pod",
+    title: "Pod",
+    creating: "creating pod",
+    deleting: "deleting pod",
+};
+const SERVICE: ChildKind = ChildKind {
+    noun: "service",
+    title: "Service",
+    creating: "creating service",
+    deleting: "deleting service",
+};
+
+/// Delete parameters: a UID precondition (only the child the snapshot
+/// saw) and the propagation.
+fn delete_params(uid: Option<String>, propagation: Option<PropagationPolicy>) -> DeleteParams {
+    DeleteParams {
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        propagation_policy: propagation,
+        ..DeleteParams::default()
+    }
+}
+
+/// Creates a child of a deterministic name; one that exists already was
+/// created by an earlier pass.
+async fn create_child<K>(
+    ctx: &Context,
+    reference: &ObjectReference,
+    api: &Api<K>,
+    kind: &ChildKind,
+    child: &K,
+) -> Result<bool, ReconcileFailure>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let name = child.meta().name.clone().unwrap_or_default();
+    match api.create(&PostParams::default(), child).await {
+        Ok(_) => {
+            let message = format!("Created {}: {name}", kind.noun);
+            let reason = format!("SuccessfulCreate{}", kind.title);
+            event(ctx, reference, KubeEventType::Normal, &reason, message).await;
+            Ok(true)
+        }
+        Err(error) if is_status(&error, 409) => Ok(false),
+        Err(source) => {
+            let reason = format!("FailedCreate{}", kind.title);
+            let message = format!("Error creating: {source}");
+            event(ctx, reference, KubeEventType::Warning, &reason, message).await;
+            Err(ReconcileFailure::Api {
+                what: kind.creating,
+                name,
+                source,
+            })
+        }
+    }
+}
+
+/// Deletes the child of `uid`; gone already, or the name now belonging to
+/// a newer child, counts as done.
+async fn delete_child<K>(
+    ctx: &Context,
+    reference: &ObjectReference,
+    api: &Api<K>,
+    kind: &ChildKind,
+    name: String,
+    uid: Option<String>,
+) -> Result<bool, ReconcileFailure>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(&name, &delete_params(uid, None)).await {
+        Ok(_) => {
+            let message = format!("Deleted {}: {name}", kind.noun);
+            let reason = format!("SuccessfulDelete{}", kind.title);
+            event(ctx, reference, KubeEventType::Normal, &reason, message).await;
+            Ok(true)
+        }
+        Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(false),
+        Err(source) => {
+            let reason = format!("FailedDelete{}", kind.title);
+            let message = format!("Error deleting: {source}");
+            event(ctx, reference, KubeEventType::Warning, &reason, message).await;
+            Err(ReconcileFailure::Api {
+                what: kind.deleting,
+                name,
+                source,
+            })
+        }
+    }
+}
+
+/// Replaces a child's owner references (adoption or release).
+async fn set_child_owners<K>(
+    api: &Api<K>,
+    what: &'static str,
+    name: String,
+    uid: Option<String>,
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Result<(), ReconcileFailure>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = owners_patch(uid, owners);
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
+        Err(source) => Err(ReconcileFailure::Api { what, name, source }),
+    }
+}
+
 async fn execute(
     ctx: &Context,
     namespace: &str,
@@ -272,180 +465,112 @@ async fn execute(
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     match action {
         ChildAction::CreatePod(pod) => {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            match pods.create(&PostParams::default(), &pod).await {
-                Ok(_) => {
-                    ctx.metrics.created_pods.inc();
-                    event(
-                        ctx,
-                        reference,
-                        KubeEventType::Normal,
-                        "SuccessfulCreatePod",
-                        format!("Created pod: {name}"),
-                    )
-                    .await;
-                    Ok(())
-                }
-                // A deterministic name that exists: created by an earlier pass.
-                Err(error) if is_status(&error, 409) => Ok(()),
-                Err(source) => {
-                    ctx.metrics.failed_pods.inc();
-                    event(
-                        ctx,
-                        reference,
-                        KubeEventType::Warning,
-                        "FailedCreatePod",
-                        format!("Error creating: {source}"),
-                    )
-                    .await;
-                    Err(ReconcileFailure::Api {
-                        what: "creating pod",
-                        name,
-                        source,
-                    })
-                }
-            }
+            let created = create_child(ctx, reference, &pods, &POD, &pod).await;
+            match created {
+                Ok(true) => ctx.metrics.created_pods.inc(),
+                Err(_) => ctx.metrics.failed_pods.inc(),
+                Ok(false) => 0,
+            };
+            created.map(drop)
         }
         ChildAction::CreateService(service) => {
-            let name = service.metadata.name.clone().unwrap_or_default();
-            match services.create(&PostParams::default(), &service).await {
-                Ok(_) => {
-                    ctx.metrics.created_services.inc();
-                    event(
-                        ctx,
-                        reference,
-                        KubeEventType::Normal,
-                        "SuccessfulCreateService",
-                        format!("Created service: {name}"),
-                    )
-                    .await;
-                    Ok(())
-                }
-                Err(error) if is_status(&error, 409) => Ok(()),
-                Err(source) => {
-                    ctx.metrics.failed_services.inc();
-                    event(
-                        ctx,
-                        reference,
-                        KubeEventType::Warning,
-                        "FailedCreateService",
-                        format!("Error creating: {source}"),
-                    )
-                    .await;
-                    Err(ReconcileFailure::Api {
-                        what: "creating service",
-                        name,
-                        source,
-                    })
-                }
-            }
+            let created = create_child(ctx, reference, &services, &SERVICE, &service).await;
+            match created {
+                Ok(true) => ctx.metrics.created_services.inc(),
+                Err(_) => ctx.metrics.failed_services.inc(),
+                Ok(false) => 0,
+            };
+            created.map(drop)
         }
         ChildAction::DeletePod { name, uid } => {
-            let params = DeleteParams {
-                preconditions: uid.map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match pods.delete(&name, &params).await {
-                Ok(_) => {
-                    ctx.metrics.deleted_pods.inc();
-                    event(
-                        ctx,
-                        reference,
-                        KubeEventType::Normal,
-                        "SuccessfulDeletePod",
-                        format!("Deleted pod: {name}"),
-                    )
-                    .await;
-                    Ok(())
-                }
-                // Gone already, or the name now belongs to a newer pod.
-                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
-                Err(source) => {
-                    event(
-                        ctx,
-                        reference,
-                        KubeEventType::Warning,
-                        "FailedDeletePod",
-                        format!("Error deleting: {source}"),
-                    )
-                    .await;
-                    Err(ReconcileFailure::Api {
-                        what: "deleting pod",
-                        name,
-                        source,
-                    })
-                }
+            let deleted = delete_child(ctx, reference, &pods, &POD, name, uid).await?;
+            if deleted {
+                ctx.metrics.deleted_pods.inc();
             }
+            Ok(())
         }
         ChildAction::DeleteService { name, uid } => {
-            let params = DeleteParams {
-                preconditions: uid.map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
+            delete_child(ctx, reference, &services, &SERVICE, name, uid)
+                .await
+                .map(drop)
+        }
+        ChildAction::SetPodOwners { name, uid, owners } => {
+            set_child_owners(&pods, "claiming pod", name, uid, &owners).await
+        }
+        ChildAction::SetServiceOwners { name, uid, owners } => {
+            set_child_owners(&services, "claiming service", name, uid, &owners).await
+        }
+        ChildAction::CreatePodGroup(group) => {
+            let groups: Api<PodGroupObject> = Api::namespaced(ctx.client.clone(), namespace);
+            let group: PodGroupObject = serde_json::from_value(*group).unwrap_or_default();
+            let name = group.metadata.name.clone().unwrap_or_default();
+            match groups.create(&PostParams::default(), &group).await {
+                Ok(_) => Ok(()),
+                Err(error) if is_status(&error, 409) => Ok(()),
+                Err(source) => Err(ReconcileFailure::Api {
+                    what: "creating podgroup",
+                    name,
+                    source,
                 }),
-                ..DeleteParams::default()
-            };
-            match services.delete(&name, &params).await {
+            }
+        }
+        ChildAction::DeletePodGroup { name, uid } => {
+            let groups: Api<PodGroupObject> = Api::namespaced(ctx.client.clone(), namespace);
+            match groups.delete(&name, &delete_params(uid, None)).await {
                 Ok(_) => {
+                    let message = format!("Deleted PodGroup: {name}");
                     event(
                         ctx,
                         reference,
                         KubeEventType::Normal,
-                        "SuccessfulDeleteService",
-                        format!("Deleted service: {name}"),
+                        "SuccessfulDeletePodGroup",
+                        message,
+                    )
+                    .await;
+                    Ok(())
+                }
+                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
+                Err(source) => Err(ReconcileFailure::Api {
+                    what: "deleting podgroup",
+                    name,
+                    source,
+                }),
+            }
+        }
+        ChildAction::DeleteJob { name, uid } => {
+            let jobs: Api<TFJobObject> = Api::namespaced(ctx.client.clone(), namespace);
+            let params = delete_params(uid, Some(PropagationPolicy::Background));
+            match jobs.delete(&name, &params).await {
+                Ok(_) => {
+                    ctx.metrics.jobs_deleted.inc(namespace);
+                    let message = format!("Deleted job: {name}");
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Normal,
+                        "SuccessfulDeleteJob",
+                        message,
                     )
                     .await;
                     Ok(())
                 }
                 Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
                 Err(source) => {
+                    let message = format!("Error deleting: {source}");
                     event(
                         ctx,
                         reference,
                         KubeEventType::Warning,
-                        "FailedDeleteService",
-                        format!("Error deleting: {source}"),
+                        "FailedDeleteJob",
+                        message,
                     )
                     .await;
                     Err(ReconcileFailure::Api {
-                        what: "deleting service",
+                        what: "deleting tfjob",
                         name,
                         source,
                     })
                 }
-            }
-        }
-        ChildAction::SetPodOwners { name, uid, owners } => {
-            let patch = owners_patch(uid, &owners);
-            match pods
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
-                Err(source) => Err(ReconcileFailure::Api {
-                    what: "claiming pod",
-                    name,
-                    source,
-                }),
-            }
-        }
-        ChildAction::SetServiceOwners { name, uid, owners } => {
-            let patch = owners_patch(uid, &owners);
-            match services
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
-                Err(source) => Err(ReconcileFailure::Api {
-                    what: "claiming service",
-                    name,
-                    source,
-                }),
             }
         }
     }
@@ -464,8 +589,37 @@ fn owners_patch(
     json!({ "metadata": metadata })
 }
 
-/// Merge-patches `status`; replica types that disappeared are nulled, since
-/// a merge patch would otherwise keep them.
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: keys that
+/// disappeared are nulled (a replica type gone, a pod no longer in the
+/// backoff record), objects are diffed key by key, everything else is
+/// replaced.
+fn merge_patch(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => {
+            let mut patch = serde_json::Map::new();
+            for (key, old_value) in old {
+                match new.get(key) {
+                    None => {
+                        patch.insert(key.clone(), Value::Null);
+                    }
+                    Some(new_value) if new_value != old_value => {
+                        patch.insert(key.clone(), merge_patch(old_value, new_value));
+                    }
+                    Some(_) => {}
+                }
+            }
+            for (key, new_value) in new {
+                if !old.contains_key(key) {
+                    patch.insert(key.clone(), new_value.clone());
+                }
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+/// Merge-patches the status from `old` to `new`.
 async fn write_status(
     ctx: &Context,
     namespace: &str,
@@ -473,17 +627,8 @@ async fn write_status(
     old: &JobStatus,
     new: &JobStatus,
 ) -> Result<Option<String>, ReconcileFailure> {
-    let mut status = serde_json::to_value(new).unwrap_or(Value::Null);
-    if let Some(replicas) = status
-        .get_mut("replicaStatuses")
-        .and_then(Value::as_object_mut)
-    {
-        for key in old.replica_statuses.keys() {
-            if !new.replica_statuses.contains_key(key) {
-                replicas.insert(key.clone(), Value::Null);
-            }
-        }
-    }
+    let old = serde_json::to_value(old).unwrap_or(Value::Null);
+    let status = merge_patch(&old, &serde_json::to_value(new).unwrap_or(Value::Null));
     let api: Api<TFJobObject> = Api::namespaced(ctx.client.clone(), namespace);
     api.patch_status(
         name,
@@ -511,9 +656,11 @@ async fn publish_planned(
         return;
     }
     match planned.reason.as_str() {
-        conditions::REASON_SUCCEEDED => ctx.metrics.job_succeeded(namespace),
-        conditions::REASON_FAILED => ctx.metrics.job_failed(namespace),
-        conditions::REASON_RESTARTING => ctx.metrics.job_restarted(namespace),
+        conditions::REASON_SUCCEEDED => ctx.metrics.jobs_successful.inc(namespace),
+        conditions::REASON_FAILED | conditions::REASON_JOB_FAILED => {
+            ctx.metrics.jobs_failed.inc(namespace)
+        }
+        conditions::REASON_RESTARTING => ctx.metrics.jobs_restarted.inc(namespace),
         _ => {}
     }
     let type_ = match planned.type_ {
@@ -564,6 +711,32 @@ mod tests {
             }),
             ..ObjectMeta::default()
         }
+    }
+
+    #[test]
+    fn the_status_patch_nulls_what_disappeared_and_carries_only_what_changed() {
+        let old = json!({
+            "replicaStatuses": {"PS": {"active": 1}, "Worker": {"active": 2}},
+            "backoff": {"failures": 2, "pods": {"a": 1, "b": 1}},
+            "startTime": "2026-01-01T00:00:00Z",
+        });
+        let new = json!({
+            "replicaStatuses": {"Worker": {"active": 2, "succeeded": 1}},
+            "backoff": {"failures": 2, "pods": {"b": 1}},
+            "startTime": "2026-01-01T00:00:00Z",
+            "completionTime": "2026-01-01T00:01:00Z",
+        });
+        assert_eq!(
+            merge_patch(&old, &new),
+            json!({
+                "replicaStatuses": {"PS": null, "Worker": {"succeeded": 1}},
+                "backoff": {"pods": {"a": null}},
+                "completionTime": "2026-01-01T00:01:00Z",
+            })
+        );
+        let mut applied = old.clone();
+        json_patch::merge(&mut applied, &merge_patch(&old, &new));
+        assert_eq!(applied, new);
     }
 
     #[test]

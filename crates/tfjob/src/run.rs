@@ -12,11 +12,10 @@ use controller_kit::{
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::runtime::watcher;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::TFJobObject;
+use crate::api::{PodGroupObject, TFJobObject};
+use crate::metrics::Metrics;
 use crate::plan::PlanConfig;
 use crate::plan::names::WATCH_SELECTOR;
 use crate::reconcile::{self, Context, INDEX_JOB_LABEL, INDEX_OWNER};
@@ -31,6 +30,8 @@ pub struct OperatorConfig {
     pub workers: usize,
     /// The Lease replicas elect a leader on.
     pub election: LeaderElectionConfig,
+    /// Whether to elect at all (`--leader-elect`; default true).
+    pub leader_election: bool,
 }
 
 impl OperatorConfig {
@@ -42,95 +43,8 @@ impl OperatorConfig {
             plan: PlanConfig::default(),
             workers: 1,
             election: LeaderElectionConfig::new(lease_namespace, "tf-operator"),
+            leader_election: true,
         }
-    }
-}
-
-type ByNamespace = Family<Vec<(String, String)>, Counter>;
-
-/// The operator's own metrics (upstream's names; counted per transition,
-/// not per pass).
-#[derive(Clone, Default)]
-pub struct Metrics {
-    pub jobs_created: ByNamespace,
-    pub jobs_successful: ByNamespace,
-    pub jobs_failed: ByNamespace,
-    pub jobs_restarted: ByNamespace,
-    pub created_pods: Counter,
-    pub deleted_pods: Counter,
-    pub failed_pods: Counter,
-    pub created_services: Counter,
-    pub failed_services: Counter,
-}
-
-fn namespace_label(namespace: &str) -> Vec<(String, String)> {
-    vec![("job_namespace".to_string(), namespace.to_string())]
-}
-
-impl Metrics {
-    /// Registers every metric in `registry`.
-    pub fn register(registry: &MetricsRegistry) -> Metrics {
-        let metrics = Metrics::default();
-        let mut r = registry.write();
-        r.register(
-            "tf_operator_jobs_created",
-            "TFJobs seen for the first time",
-            metrics.jobs_created.clone(),
-        );
-        r.register(
-            "tf_operator_jobs_successful",
-            "TFJobs that succeeded",
-            metrics.jobs_successful.clone(),
-        );
-        r.register(
-            "tf_operator_jobs_failed",
-            "TFJobs that failed",
-            metrics.jobs_failed.clone(),
-        );
-        r.register(
-            "tf_operator_jobs_restarted",
-            "TFJob replica restarts (ExitCode)",
-            metrics.jobs_restarted.clone(),
-        );
-        r.register("created_pods", "Pods created", metrics.created_pods.clone());
-        r.register("deleted_pods", "Pods deleted", metrics.deleted_pods.clone());
-        r.register(
-            "failed_pods",
-            "Pod creations that failed",
-            metrics.failed_pods.clone(),
-        );
-        r.register(
-            "succeeded_service_creation",
-            "Services created",
-            metrics.created_services.clone(),
-        );
-        r.register(
-            "failed_service_creation",
-            "Service creations that failed",
-            metrics.failed_services.clone(),
-        );
-        metrics
-    }
-
-    pub fn job_created(&self, namespace: &str) {
-        self.jobs_created
-            .get_or_create(&namespace_label(namespace))
-            .inc();
-    }
-    pub fn job_succeeded(&self, namespace: &str) {
-        self.jobs_successful
-            .get_or_create(&namespace_label(namespace))
-            .inc();
-    }
-    pub fn job_failed(&self, namespace: &str) {
-        self.jobs_failed
-            .get_or_create(&namespace_label(namespace))
-            .inc();
-    }
-    pub fn job_restarted(&self, namespace: &str) {
-        self.jobs_restarted
-            .get_or_create(&namespace_label(namespace))
-            .inc();
     }
 }
 
@@ -183,12 +97,10 @@ impl Operator {
     pub fn new(client: kube::Client, config: OperatorConfig) -> Result<Operator, RunError> {
         let registry = MetricsRegistry::new();
         let metrics = Metrics::register(&registry);
-        let mut manager = Manager::new(
-            client.clone(),
-            ManagerConfig::new(config.election.clone()),
-            &registry,
-        )
-        .map_err(|error| RunError::Setup(error.to_string()))?;
+        let mut manager_config = ManagerConfig::new(config.election.clone());
+        manager_config.leader_election = config.leader_election;
+        let mut manager = Manager::new(client.clone(), manager_config, &registry)
+            .map_err(|error| RunError::Setup(error.to_string()))?;
         let readiness = manager.readiness();
         let namespace = config.namespace.as_deref();
         let setup = |error: controller_kit::caches::CacheError| RunError::Setup(error.to_string());
@@ -221,6 +133,22 @@ impl Operator {
                 child_store_options(|service: &Service| &service.metadata),
             )
             .map_err(setup)?;
+        let pod_groups: Option<CachedStore<PodGroupObject>> = match config.plan.gang {
+            Some(_) => Some(
+                manager
+                    .caches()
+                    .add(
+                        "podgroups",
+                        api(&client, namespace),
+                        watcher::Config::default(),
+                        StoreOptions::default().transform(|group: &mut PodGroupObject| {
+                            group.metadata.managed_fields = None;
+                        }),
+                    )
+                    .map_err(setup)?,
+            ),
+            None => None,
+        };
         let events = EventSink::new(
             client.clone(),
             "tf-operator",
@@ -228,9 +156,12 @@ impl Operator {
         );
         let context = Arc::new(Context::new(
             client,
-            jobs.clone(),
-            pods.clone(),
-            services.clone(),
+            reconcile::Stores {
+                jobs: jobs.clone(),
+                pods: pods.clone(),
+                services: services.clone(),
+                pod_groups: pod_groups.clone(),
+            },
             config.plan.clone(),
             events,
             metrics,
@@ -266,6 +197,15 @@ impl Operator {
                     queue.add(key);
                 }
             })
+        };
+        let controller = match &pod_groups {
+            // Admission (the group's phase) wakes its job.
+            Some(groups) => controller.watches(groups, |event, queue| {
+                if let Some(key) = reconcile::child_key(&event.object().metadata) {
+                    queue.add(key);
+                }
+            }),
+            None => controller,
         };
         manager.add(controller);
         Ok(Operator {

@@ -5,8 +5,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use ::tfjob::api::CleanPodPolicy;
+use ::tfjob::plan::failures::ExitCodeSet;
 use ::tfjob::run::{Operator, OperatorConfig};
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
@@ -40,25 +42,84 @@ pub enum CleanPodPolicyArg {
     None,
 }
 
+/// The operator's flags. Upstream's names are kept (tf-operator's, report
+/// 3.1, and training-operator's, 3.4), so existing Deployments start
+/// unchanged; Go's single dash (`-namespace=x`) is accepted too (see
+/// [`single_dash_to_double`]).
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Kubeconfig file; without it KUBECONFIG, then the in-cluster config.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// API server URL, overriding the kubeconfig's.
+    #[arg(long)]
+    pub master: Option<String>,
     /// Watch only this namespace (default: all namespaces).
     #[arg(long)]
     pub namespace: Option<String>,
     /// Reconcile workers.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, visible_alias = "controller-threads", default_value_t = 1)]
     pub threadiness: usize,
-    /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, default_value = "0.0.0.0:8443")]
-    pub admin_address: SocketAddr,
+    /// Print the version and exit.
+    #[arg(long)]
+    pub version: bool,
+    /// JSON log records (true) or text (false); overrides --log-format.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub json_log_format: Option<bool>,
+    /// Volcano PodGroups: each job's group is created first and its pods
+    /// only once Volcano admitted it.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_gang_scheduling: bool,
+    /// The gang scheduler: `volcano` (scheduler-plugins is not supported
+    /// yet and refused).
+    #[arg(long, default_value = "volcano")]
+    pub gang_scheduler_name: String,
+    /// Port of the plain-HTTP `/metrics` (with `/healthz`, `/readyz`) on all
+    /// addresses; 0 turns the server off. Shorthand for
+    /// `--metrics-bind-address 0.0.0.0:PORT`.
+    #[arg(long, conflicts_with = "metrics_bind_address")]
+    pub monitoring_port: Option<u16>,
+    /// Address of `/metrics`, `/healthz` and `/readyz` (`:8443` means all
+    /// addresses).
+    #[arg(
+        long,
+        visible_alias = "admin-address",
+        default_value = "0.0.0.0:8443",
+        value_parser = parse_bind_address
+    )]
+    pub metrics_bind_address: SocketAddr,
+    /// A second server for `/healthz` and `/readyz` (training-operator's
+    /// probe port); by default the probes are on the metrics address.
+    #[arg(long, value_parser = parse_bind_address)]
+    pub health_probe_bind_address: Option<SocketAddr>,
+    /// Informer resync of tf-operator (`-resyc-period`, sic, also works).
+    /// Accepted for compatibility: this operator is level-triggered with
+    /// exact timers and needs no periodic resync.
+    #[arg(long, visible_alias = "resyc-period", default_value = "12h", value_parser = parse_go_duration)]
+    pub resync_period: Duration,
+    /// Client requests per second (with --burst), client-go's token bucket;
+    /// 0 (the default) means no client-side limit. tf-operator's default was
+    /// 5, which makes large clusters wait.
+    #[arg(long, default_value_t = 0.0)]
+    pub qps: f64,
+    /// Client burst over --qps.
+    #[arg(long, default_value_t = 10)]
+    pub burst: u32,
+    /// Elect a leader among replicas on a coordination.k8s.io Lease.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "tf-operator")]
+    pub leader_election_id: String,
     /// cleanPodPolicy of jobs that set none (Running: tf-operator parity,
     /// None: training-operator parity).
-    #[arg(long, value_enum, default_value_t = CleanPodPolicyArg::Running)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = CleanPodPolicyArg::Running)]
     pub default_clean_pod_policy: CleanPodPolicyArg,
-    /// Namespace of the leader-election Lease `tf-operator`.
+    /// Exit codes an `ExitCode` replica retries: codes and ranges, `N-`
+    /// meaning N and above.
+    #[arg(long, default_value = "128-")]
+    pub retryable_exit_codes: ExitCodeSet,
+    /// Namespace of the leader-election Lease.
     #[arg(long, env = "KUBEFLOW_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
     /// DNS suffix appended to TF_CONFIG addresses after `.svc`.
@@ -66,8 +127,142 @@ pub struct RunArgs {
     pub cluster_domain: Option<String>,
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+/// `:8443` (Go's all-addresses form), `0.0.0.0:8443` or `[::]:8443`.
+fn parse_bind_address(text: &str) -> Result<SocketAddr, String> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_string()
+    };
+    full.parse()
+        .map_err(|_| format!("{text:?} is not HOST:PORT or :PORT (e.g. :8443, 127.0.0.1:8080)"))
+}
+
+/// A Go duration as tf-operator's flags take them: `12h`, `1h30m`, `90s`,
+/// `500ms`.
+fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration such as 12h, 1h30m, 90s or 500ms");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let (number, tail) = rest.split_at(digits);
+        let number: f64 = number.parse().map_err(|_| bad())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            "us" | "µs" => 0.000_001,
+            "ns" => 0.000_000_001,
+            _ => return Err(bad()),
+        };
+        total += Duration::try_from_secs_f64(number * seconds).map_err(|_| bad())?;
+        rest = tail;
+    }
+    Ok(total)
+}
+
+/// Go's flag package takes `-name` and `-name=value` as long options;
+/// clap reads a single dash as short options. Rewrites, after the `tfjob`
+/// subcommand, every `-name…` whose name is one of the tfjob long flags
+/// (or their aliases) to `--name…`, leaving everything else as it is.
+pub fn single_dash_to_double(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let command = <RunArgs as Args>::augment_args(clap::Command::new("tfjob"));
+    let longs: Vec<String> = command
+        .get_arguments()
+        .flat_map(|arg| {
+            arg.get_long()
+                .into_iter()
+                .chain(arg.get_all_aliases().into_iter().flatten())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut seen_subcommand = false;
+    args.into_iter()
+        .map(|arg| {
+            let Some(text) = arg.to_str() else {
+                return arg;
+            };
+            if !seen_subcommand {
+                seen_subcommand = text == "tfjob";
+                return arg;
+            }
+            match text.strip_prefix('-') {
+                Some(rest) if !rest.starts_with('-') => {
+                    let name = rest.split_once('=').map_or(rest, |(name, _)| name);
+                    if longs.iter().any(|long| long == name) {
+                        format!("-{text}").into()
+                    } else {
+                        arg
+                    }
+                }
+                _ => arg,
+            }
+        })
+        .collect()
+}
+
+impl RunArgs {
+    /// Where `/metrics` (and the probes) are served; None when off.
+    fn metrics_address(&self) -> Option<SocketAddr> {
+        match self.monitoring_port {
+            Some(0) => None,
+            Some(port) => Some(SocketAddr::from(([0, 0, 0, 0], port))),
+            None => Some(self.metrics_bind_address),
+        }
+    }
+
+    /// The operator's settings from the flags.
+    pub fn operator_config(&self) -> anyhow::Result<OperatorConfig> {
+        if self.enable_gang_scheduling && self.gang_scheduler_name != "volcano" {
+            anyhow::bail!(
+                "--gang-scheduler-name {:?}: only volcano PodGroups are supported yet (scheduler-plugins is not); use --gang-scheduler-name volcano",
+                self.gang_scheduler_name
+            );
+        }
+        if !(self.qps >= 0.0 && self.qps.is_finite()) {
+            anyhow::bail!(
+                "--qps {}: must be a number of requests per second >= 0",
+                self.qps
+            );
+        }
+        let mut config = OperatorConfig::new(self.lease_namespace.clone());
+        config.election.name = self.leader_election_id.clone();
+        config.leader_election = self.leader_elect;
+        config.namespace = self.namespace.clone().filter(|n| !n.is_empty());
+        config.workers = self.threadiness.max(1);
+        config.plan.cluster_domain = self.cluster_domain.clone().filter(|d| !d.is_empty());
+        config.plan.default_clean_pod_policy = match self.default_clean_pod_policy {
+            CleanPodPolicyArg::All => CleanPodPolicy::All,
+            CleanPodPolicyArg::Running => CleanPodPolicy::Running,
+            CleanPodPolicyArg::None => CleanPodPolicy::None,
+        };
+        config.plan.retryable_exit_codes = self.retryable_exit_codes.clone();
+        config.plan.gang = self
+            .enable_gang_scheduling
+            .then(|| ::tfjob::plan::gang::GangConfig {
+                scheduler_name: self.gang_scheduler_name.clone(),
+            });
+        Ok(config)
+    }
+}
+
+async fn client(args: &RunArgs) -> anyhow::Result<kube::Client> {
+    let mut config = match args.kubeconfig.as_ref() {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -79,34 +274,62 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             .await
             .context("no cluster configuration: pass --kubeconfig or set KUBECONFIG")?,
     };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    if let Some(master) = args.master.as_deref().filter(|m| !m.is_empty()) {
+        config.cluster_url = master
+            .parse()
+            .with_context(|| format!("--master {master:?} is not a URL"))?;
+    }
+    // The same client-go token bucket gpuid's collector uses.
+    if args.qps > 0.0 {
+        gpuid::collect::client::rate_limited_client(config, args.qps, args.burst)
+            .context("building the Kubernetes client")
+    } else {
+        kube::Client::try_from(config).context("building the Kubernetes client")
+    }
 }
 
 /// Runs the operator until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = client(args.kubeconfig.as_ref()).await?;
-    let mut config = OperatorConfig::new(args.lease_namespace.clone());
-    config.namespace = args.namespace.clone();
-    config.workers = args.threadiness.max(1);
-    config.plan.cluster_domain = args.cluster_domain.clone().filter(|d| !d.is_empty());
-    config.plan.default_clean_pod_policy = match args.default_clean_pod_policy {
-        CleanPodPolicyArg::All => CleanPodPolicy::All,
-        CleanPodPolicyArg::Running => CleanPodPolicy::Running,
-        CleanPodPolicyArg::None => CleanPodPolicy::None,
-    };
+    if args.version {
+        println!("gpufleet tfjob {}", env!("CARGO_PKG_VERSION"));
+        return Ok(());
+    }
+    let config = args.operator_config()?;
+    let client = client(&args).await?;
+    tracing::info!(
+        namespace = config.namespace.as_deref().unwrap_or("(all)"),
+        workers = config.workers,
+        leader_election = config.leader_election,
+        lease = %format!("{}/{}", config.election.namespace, config.election.name),
+        resync_period_seconds = args.resync_period.as_secs(),
+        "starting the TFJob operator"
+    );
     let operator = Operator::new(client, config).context("setting up the TFJob operator")?;
     let shutdown = CancellationToken::new();
     tokio::spawn(controller_kit::telemetry::cancel_on_signal(
         shutdown.clone(),
     ));
-    let admin = operator.admin_server();
-    let admin_task = tokio::spawn(admin.bind_and_serve(args.admin_address, shutdown.clone()));
+    let mut servers = Vec::new();
+    if let Some(address) = args.metrics_address() {
+        let admin = operator.admin_server();
+        servers.push(tokio::spawn(
+            admin.bind_and_serve(address, shutdown.clone()),
+        ));
+    }
+    if let Some(address) = args.health_probe_bind_address {
+        let probes = operator.admin_server();
+        servers.push(tokio::spawn(
+            probes.bind_and_serve(address, shutdown.clone()),
+        ));
+    }
     let result = operator.run(shutdown.clone()).await;
     shutdown.cancel();
-    match admin_task.await {
-        Ok(Err(error)) => return Err(error).context("serving /healthz and /metrics"),
-        Err(error) => return Err(error).context("the admin server task"),
-        Ok(Ok(())) => {}
+    for server in servers {
+        match server.await {
+            Ok(Err(error)) => return Err(error).context("serving /healthz, /readyz and /metrics"),
+            Err(error) => return Err(error).context("the admin server task"),
+            Ok(Ok(())) => {}
+        }
     }
     result.context("running the TFJob operator")
 }
@@ -136,4 +359,175 @@ fn convert(file: &std::path::Path) -> anyhow::Result<()> {
     std::io::stdout()
         .write_all(output.as_bytes())
         .context("writing to stdout")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> RunArgs {
+        let argv = single_dash_to_double(args.iter().map(Into::into).collect());
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Tfjob(tfjob) => tfjob.run,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_tf_operator_deployments_go_style_flags_start_the_operator_unchanged() {
+        let args = parse(&[
+            "gpufleet",
+            "tfjob",
+            "-monitoring-port=8443",
+            "-resyc-period=30s",
+            "-threadiness=2",
+            "-namespace",
+            "kubeflow",
+            "-json-log-format=false",
+            "-qps",
+            "5",
+            "-burst=10",
+            "-enable-gang-scheduling=false",
+        ]);
+        assert_eq!(
+            args.metrics_address(),
+            Some("0.0.0.0:8443".parse().unwrap())
+        );
+        assert_eq!(args.resync_period, Duration::from_secs(30));
+        assert_eq!(args.json_log_format, Some(false));
+        assert_eq!((args.qps, args.burst), (5.0, 10));
+        let config = args.operator_config().unwrap();
+        assert_eq!(config.workers, 2);
+        assert_eq!(config.namespace.as_deref(), Some("kubeflow"));
+        assert!(config.leader_election);
+        assert_eq!(config.election.name, "tf-operator");
+    }
+
+    #[test]
+    fn training_operator_flags_are_understood_too() {
+        let args = parse(&[
+            "gpufleet",
+            "tfjob",
+            "--metrics-bind-address=:8080",
+            "--health-probe-bind-address",
+            ":8081",
+            "--leader-elect=false",
+            "--controller-threads",
+            "3",
+            "--leader-election-id",
+            "1ca428e5.training-operator.kubeflow.org",
+            "--default-clean-pod-policy",
+            "None",
+            "--retryable-exit-codes",
+            "1,130-143",
+        ]);
+        assert_eq!(
+            args.metrics_address(),
+            Some("0.0.0.0:8080".parse().unwrap())
+        );
+        assert_eq!(
+            args.health_probe_bind_address,
+            Some("0.0.0.0:8081".parse().unwrap())
+        );
+        let config = args.operator_config().unwrap();
+        assert!(!config.leader_election);
+        assert_eq!(config.workers, 3);
+        assert_eq!(
+            config.election.name,
+            "1ca428e5.training-operator.kubeflow.org"
+        );
+        assert_eq!(config.plan.default_clean_pod_policy, CleanPodPolicy::None);
+        assert!(config.plan.retryable_exit_codes.contains(137));
+        assert!(!config.plan.retryable_exit_codes.contains(255));
+    }
+
+    #[test]
+    fn the_monitoring_port_0_turns_the_metrics_server_off() {
+        assert_eq!(
+            parse(&["gpufleet", "tfjob", "-monitoring-port=0"]).metrics_address(),
+            None
+        );
+    }
+
+    #[test]
+    fn bad_flag_values_are_refused_naming_the_value_and_the_rule() {
+        for (flag, value, rule) in [
+            ("--resync-period", "12 hours", "duration such as 12h"),
+            ("--metrics-bind-address", "8443", "HOST:PORT or :PORT"),
+            ("--retryable-exit-codes", "143-130", "N-M with N <= M"),
+        ] {
+            let error = Cli::try_parse_from(["gpufleet", "tfjob", flag, value])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(value) && error.contains(rule), "{error}");
+        }
+        let gang = parse(&[
+            "gpufleet",
+            "tfjob",
+            "--enable-gang-scheduling",
+            "--gang-scheduler-name",
+            "scheduler-plugins-scheduler",
+        ])
+        .operator_config()
+        .unwrap_err()
+        .to_string();
+        assert!(gang.contains("--gang-scheduler-name"), "{gang}");
+        let volcano = parse(&["gpufleet", "tfjob", "-enable-gang-scheduling"])
+            .operator_config()
+            .unwrap();
+        assert_eq!(volcano.plan.gang.unwrap().scheduler_name, "volcano");
+    }
+
+    #[test]
+    fn single_dash_rewriting_touches_only_the_tfjob_long_flags() {
+        let argv = single_dash_to_double(
+            [
+                "gpufleet",
+                "-h",
+                "tfjob",
+                "-namespace=a",
+                "-x",
+                "--burst",
+                "3",
+                "-",
+            ]
+            .iter()
+            .map(Into::into)
+            .collect(),
+        );
+        assert_eq!(
+            argv,
+            [
+                "gpufleet",
+                "-h",
+                "tfjob",
+                "--namespace=a",
+                "-x",
+                "--burst",
+                "3",
+                "-"
+            ]
+            .map(std::ffi::OsString::from)
+        );
+    }
+
+    #[test]
+    fn go_durations_read_like_go() {
+        assert_eq!(
+            parse_go_duration("1h30m").unwrap(),
+            Duration::from_secs(5400)
+        );
+        assert_eq!(
+            parse_go_duration("500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            parse_go_duration("12h").unwrap(),
+            Duration::from_secs(43_200)
+        );
+        assert!(parse_go_duration("h").is_err() && parse_go_duration("5").is_err());
+    }
 }

@@ -155,3 +155,120 @@ fn the_gpuid_chart_renders_applies_installs_and_uninstalls() {
         }
     }
 }
+
+#[test]
+fn the_tfjob_chart_renders_applies_installs_and_grants_the_operator_only_what_it_needs() {
+    let helm = helm_path();
+    match Lane::from_env().unwrap() {
+        Lane::Sim => {
+            let sim = SimServer::start();
+            sim.kubectl_ok(&["create", "namespace", "kubeflow"]);
+            let rendered = run_ok(Command::new(&helm).args([
+                "template",
+                "tfjob",
+                &chart("tfjob"),
+                "--namespace",
+                "kubeflow",
+                "--set",
+                "defaultCleanPodPolicy=None",
+            ]));
+            let file = sim.dir.path().join("tfjob-chart.yaml");
+            std::fs::write(&file, rendered).unwrap();
+            let applied =
+                sim.kubectl_ok(&["apply", "--validate=strict", "-f", &file.to_string_lossy()]);
+            assert!(
+                applied.contains("deployment.apps/tfjob created"),
+                "{applied}"
+            );
+            assert!(
+                applied.contains("clusterrole.rbac.authorization.k8s.io/tfjob-operator created"),
+                "{applied}"
+            );
+            let args = sim.kubectl_ok(&[
+                "get",
+                "deployment",
+                "tfjob",
+                "-n",
+                "kubeflow",
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].args}",
+            ]);
+            assert!(
+                args.contains("--default-clean-pod-policy=None")
+                    && args.contains("--leader-election-id=tf-operator"),
+                "{args}"
+            );
+        }
+        Lane::Real(cluster) => {
+            let kubeconfig = cluster.admin_kubeconfig.to_string_lossy().into_owned();
+            let namespace = "tfjob-chart";
+            let helm_cmd = |args: &[&str]| {
+                let mut command = Command::new(&helm);
+                command.args(args).args(["--kubeconfig", &kubeconfig]);
+                command
+            };
+            let kubectl = |args: &[&str]| {
+                let mut command = Command::new(kubectl_path());
+                command.args(args).args(["--kubeconfig", &kubeconfig]);
+                command
+            };
+            // Left over from an interrupted run.
+            let _ = helm_cmd(&["uninstall", "tfjob-chart", "-n", namespace]).output();
+            let installed = run_ok(&mut helm_cmd(&[
+                "install",
+                "tfjob-chart",
+                &chart("tfjob"),
+                "--namespace",
+                namespace,
+                "--create-namespace",
+                "--set",
+                "replicas=1",
+            ]));
+            assert!(installed.contains("STATUS: deployed"), "{installed}");
+            let subject = format!("system:serviceaccount:{namespace}:tfjob-chart");
+            let can = |verb_resource: &[&str], ns: &str| {
+                let mut args = vec!["auth", "can-i"];
+                args.extend_from_slice(verb_resource);
+                args.extend_from_slice(&["-n", ns, "--as", &subject]);
+                String::from_utf8_lossy(&kubectl(&args).output().unwrap().stdout)
+                    .trim()
+                    .to_owned()
+            };
+            assert_eq!(can(&["create", "pods"], "team-a"), "yes");
+            assert_eq!(
+                can(
+                    &["patch", "tfjobs.kubeflow.org", "--subresource=status"],
+                    "team-a"
+                ),
+                "yes"
+            );
+            assert_eq!(can(&["delete", "tfjobs.kubeflow.org"], "team-a"), "yes");
+            assert_eq!(can(&["create", "tfjobs.kubeflow.org"], "team-a"), "no");
+            assert_eq!(
+                can(&["update", "leases.coordination.k8s.io"], namespace),
+                "yes"
+            );
+            assert_eq!(
+                can(&["update", "leases.coordination.k8s.io"], "team-a"),
+                "no"
+            );
+            assert_eq!(can(&["get", "secrets"], "team-a"), "no");
+            assert_eq!(can(&["patch", "nodes"], "default"), "no");
+            run_ok(&mut helm_cmd(&[
+                "uninstall",
+                "tfjob-chart",
+                "-n",
+                namespace,
+                "--wait",
+            ]));
+            let left = run_ok(&mut kubectl(&[
+                "get",
+                "clusterrole",
+                "--ignore-not-found",
+                "tfjob-chart-operator",
+            ]));
+            assert!(left.trim().is_empty(), "{left}");
+            let _ = kubectl(&["delete", "namespace", namespace, "--wait=false"]).output();
+        }
+    }
+}

@@ -89,9 +89,18 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
     let port = free_port();
     let mut operator = Operator(
         Command::new(env!("CARGO_BIN_EXE_gpufleet"))
-            .args(["tfjob", "--kubeconfig"])
+            // tf-operator's Go-style spelling, as an old Deployment has it.
+            .args(["tfjob", "-kubeconfig"])
             .arg(&kubeconfig)
-            .args(["--admin-address", &format!("127.0.0.1:{port}")])
+            .args([
+                &format!("-metrics-bind-address=127.0.0.1:{port}"),
+                "-json-log-format",
+                "-resyc-period=12h",
+                "-threadiness=2",
+                // The client behind the token bucket of --qps/--burst.
+                "-qps=50",
+                "-burst=20",
+            ])
             .env_remove("KUBECONFIG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -119,14 +128,19 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
     })
     .await;
     assert!(metrics.contains("created_pods_total 1"), "{metrics}");
-    let last = jobs
-        .get("single")
-        .await
-        .unwrap()
-        .status()
-        .conditions
-        .pop()
-        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"training_operator_jobs_successful_total{job_namespace="default",framework="tensorflow"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("training_operator_reconcile_duration_seconds_count"),
+        "{metrics}"
+    );
+    let stored = jobs.get("single").await.unwrap();
+    let jobs_uid = stored.metadata.uid.clone();
+    let last = stored.status().conditions.pop().unwrap();
     assert_eq!(last.type_, "Succeeded");
 
     let sent = Command::new("kill")
@@ -143,4 +157,18 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(status.success(), "{status:?}");
+    // JSON log records of a pass carry the job's key and UID.
+    let mut stderr = String::new();
+    if let Some(mut pipe) = operator.0.stderr.take() {
+        pipe.read_to_string(&mut stderr).unwrap();
+    }
+    let uid = jobs_uid.unwrap();
+    let record = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|record| record["message"] == "job state changed" && record["state"] == "Succeeded")
+        .unwrap_or_else(|| panic!("no JSON record of the success in:\n{stderr}"));
+    let span = &record["span"];
+    assert_eq!(span["job"], "default/single", "{record}");
+    assert_eq!(span["uid"], uid.as_str(), "{record}");
 }

@@ -51,6 +51,8 @@ pub struct EffectiveSpec {
     pub ttl_seconds_after_finished: Option<i32>,
     pub active_deadline_seconds: Option<i64>,
     pub backoff_limit: Option<i32>,
+    /// `runPolicy.suspend`: pods deleted, none created, until false again.
+    pub suspend: bool,
     pub deprecated: Vec<DeprecatedField>,
 }
 
@@ -79,36 +81,38 @@ impl EffectiveSpec {
 pub fn apply(job: &TFJob, default_clean_pod_policy: CleanPodPolicy) -> EffectiveSpec {
     let spec = &job.spec;
     let run = spec.run_policy.clone().unwrap_or_default();
-    let mut deprecated = Vec::new();
-    let mut legacy = |present_in_run: bool, legacy_present: bool, path, replacement| {
-        if !present_in_run && legacy_present {
-            deprecated.push(DeprecatedField { path, replacement });
-        }
-    };
-    legacy(
-        run.clean_pod_policy.is_some(),
-        spec.clean_pod_policy.is_some(),
-        "spec.cleanPodPolicy",
-        "spec.runPolicy.cleanPodPolicy",
-    );
-    legacy(
-        run.ttl_seconds_after_finished.is_some(),
-        spec.ttl_seconds_after_finished.is_some(),
-        "spec.ttlSecondsAfterFinished",
-        "spec.runPolicy.ttlSecondsAfterFinished",
-    );
-    legacy(
-        run.active_deadline_seconds.is_some(),
-        spec.active_deadline_seconds.is_some(),
-        "spec.activeDeadlineSeconds",
-        "spec.runPolicy.activeDeadlineSeconds",
-    );
-    legacy(
-        run.backoff_limit.is_some(),
-        spec.backoff_limit.is_some(),
-        "spec.backoffLimit",
-        "spec.runPolicy.backoffLimit",
-    );
+    // (present under runPolicy, present at the top, legacy path, new path)
+    let legacy_fields = [
+        (
+            run.clean_pod_policy.is_some(),
+            spec.clean_pod_policy.is_some(),
+            "spec.cleanPodPolicy",
+            "spec.runPolicy.cleanPodPolicy",
+        ),
+        (
+            run.ttl_seconds_after_finished.is_some(),
+            spec.ttl_seconds_after_finished.is_some(),
+            "spec.ttlSecondsAfterFinished",
+            "spec.runPolicy.ttlSecondsAfterFinished",
+        ),
+        (
+            run.active_deadline_seconds.is_some(),
+            spec.active_deadline_seconds.is_some(),
+            "spec.activeDeadlineSeconds",
+            "spec.runPolicy.activeDeadlineSeconds",
+        ),
+        (
+            run.backoff_limit.is_some(),
+            spec.backoff_limit.is_some(),
+            "spec.backoffLimit",
+            "spec.runPolicy.backoffLimit",
+        ),
+    ];
+    let deprecated = legacy_fields
+        .into_iter()
+        .filter(|&(in_run, at_top, _, _)| !in_run && at_top)
+        .map(|(_, _, path, replacement)| DeprecatedField { path, replacement })
+        .collect();
 
     let mut replicas = BTreeMap::new();
     for (key, replica) in spec.tf_replica_specs.iter().flatten() {
@@ -146,6 +150,7 @@ pub fn apply(job: &TFJob, default_clean_pod_policy: CleanPodPolicy) -> Effective
             .or(spec.ttl_seconds_after_finished),
         active_deadline_seconds: run.active_deadline_seconds.or(spec.active_deadline_seconds),
         backoff_limit: run.backoff_limit.or(spec.backoff_limit),
+        suspend: run.suspend.unwrap_or(false),
         deprecated,
     }
 }

@@ -11,7 +11,7 @@ pub mod object;
 pub mod v1alpha1;
 pub mod validate;
 
-pub use object::TFJobObject;
+pub use object::{PodGroupObject, TFJobObject};
 pub use types::*;
 
 use std::fmt;
@@ -27,6 +27,10 @@ pub const VERSION: &str = "v1";
 pub const API_VERSION: &str = "kubeflow.org/v1";
 /// Kind.
 pub const KIND: &str = "TFJob";
+
+/// `runPolicy.managedBy` of jobs this operator reconciles (unset means the
+/// same); a job managed by anything else (e.g. MultiKueue) is left alone.
+pub const MANAGED_BY_OPERATOR: &str = "kubeflow.org/training-operator";
 
 /// Name of the container that gets `TF_CONFIG` and decides exit codes.
 pub const CONTAINER_NAME: &str = "tensorflow";

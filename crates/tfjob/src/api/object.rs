@@ -8,13 +8,14 @@ use std::borrow::Cow;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use super::{JobStatus, TFJob, TFJobSpec};
 
 /// A TFJob with its spec not yet decoded.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 pub struct TFJobObject {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -22,6 +23,24 @@ pub struct TFJobObject {
     pub spec: Value,
     #[serde(default)]
     pub status: Value,
+}
+
+/// Written with `apiVersion` and `kind` (kube-apiserver refuses a create
+/// whose body lacks them) and without a null spec or status.
+impl Serialize for TFJobObject {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("apiVersion", super::API_VERSION)?;
+        map.serialize_entry("kind", super::KIND)?;
+        map.serialize_entry("metadata", &self.metadata)?;
+        if !self.spec.is_null() {
+            map.serialize_entry("spec", &self.spec)?;
+        }
+        if !self.status.is_null() {
+            map.serialize_entry("status", &self.status)?;
+        }
+        map.end()
+    }
 }
 
 impl Resource for TFJobObject {
@@ -75,5 +94,95 @@ impl TFJobObject {
     /// The status as far as it can be read (for the invalid-job path).
     pub fn status(&self) -> JobStatus {
         serde_json::from_value(self.status.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_object_is_written_with_api_version_and_kind_and_without_null_fields() {
+        let job = TFJobObject {
+            metadata: ObjectMeta {
+                name: Some("mnist".into()),
+                ..ObjectMeta::default()
+            },
+            spec: serde_json::json!({"tfReplicaSpecs": {}}),
+            status: Value::Null,
+        };
+        assert_eq!(
+            serde_json::to_value(&job).unwrap(),
+            serde_json::json!({
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "TFJob",
+                "metadata": {"name": "mnist"},
+                "spec": {"tfReplicaSpecs": {}},
+            })
+        );
+        let back: TFJobObject =
+            serde_json::from_value(serde_json::to_value(&job).unwrap()).unwrap();
+        assert_eq!(back.spec, job.spec);
+    }
+}
+
+/// A Volcano `PodGroup` (`scheduling.volcano.sh/v1beta1`), for gang
+/// scheduling; only metadata and `status.phase` are read.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PodGroupObject {
+    #[serde(rename = "apiVersion", default = "pod_group_api_version")]
+    pub api_version: String,
+    #[serde(default = "pod_group_kind")]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub spec: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub status: Value,
+}
+
+fn pod_group_api_version() -> String {
+    "scheduling.volcano.sh/v1beta1".to_string()
+}
+
+fn pod_group_kind() -> String {
+    "PodGroup".to_string()
+}
+
+impl Resource for PodGroupObject {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("PodGroup")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("scheduling.volcano.sh")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1beta1")
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("scheduling.volcano.sh/v1beta1")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("podgroups")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl PodGroupObject {
+    /// `status.phase`, if any.
+    pub fn phase(&self) -> Option<String> {
+        self.status
+            .get("phase")
+            .and_then(Value::as_str)
+            .map(str::to_string)
     }
 }

@@ -189,6 +189,29 @@ pub struct JobStatus {
     /// (additive; upstream has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Counted failures for `backoffLimit` and re-creation pacing
+    /// (additive). Kept in status, not in memory, so an operator restart
+    /// mid-backoff neither forgets nor recounts a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<BackoffStatus>,
+}
+
+/// Failures counted towards `backoffLimit`: pod failures and container
+/// restarts, each pod UID counted once however often it is observed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackoffStatus {
+    /// Every failure counted so far, of live and of gone pods.
+    #[serde(default)]
+    pub failures: i32,
+    /// What each live pod (by UID) has contributed to `failures`; a pod
+    /// that is gone is dropped here, its failures stay counted.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub pods: BTreeMap<String, i32>,
+    /// When the last failure was counted; pod re-creation waits 10 s after
+    /// it, doubling per failure up to 360 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<Time>,
 }
 
 /// Pod counts of one replica type.
@@ -206,6 +229,11 @@ pub struct ReplicaStatus {
     pub selector: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<LabelSelector>,
+    /// Indices whose replica succeeded, as ranges (`"0-2,5"`; additive).
+    /// A succeeded index is never run again, even after its pod is gone
+    /// (pod garbage collection, eviction, a manual delete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded_indexes: Option<String>,
 }
 
 /// One entry of `status.conditions`.

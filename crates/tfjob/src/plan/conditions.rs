@@ -21,6 +21,11 @@ pub const REASON_RESTARTING: &str = "TFJobRestarting";
 pub const REASON_SUCCEEDED: &str = "TFJobSucceeded";
 pub const REASON_FAILED: &str = "TFJobFailed";
 pub const REASON_INVALID_SPEC: &str = "InvalidTFJobSpec";
+/// Reason of Failed for the backoff limit and the deadline (tf-operator's;
+/// training-operator reuses `TFJobFailed`).
+pub const REASON_JOB_FAILED: &str = "JobFailed";
+pub const REASON_SUSPENDED: &str = "TFJobSuspended";
+pub const REASON_RESUMED: &str = "TFJobResumed";
 
 /// `TFJob {name} is created.`
 pub fn created_message(name: &str) -> String {
@@ -41,6 +46,27 @@ pub fn failed_message(namespace: &str, name: &str, failed: i32, rtype: &str) -> 
 /// `TFJob {name} is restarting because {RType} replica(s) failed.`
 pub fn restarting_message(name: &str, rtype: &str) -> String {
     format!("TFJob {name} is restarting because {rtype} replica(s) failed.")
+}
+/// `Job {name} has failed because it has reached the specified backoff limit`
+pub fn backoff_limit_message(name: &str) -> String {
+    format!("Job {name} has failed because it has reached the specified backoff limit")
+}
+/// `Job {name} has failed because it was active longer than specified deadline`
+pub fn deadline_message(name: &str) -> String {
+    format!("Job {name} has failed because it was active longer than specified deadline")
+}
+/// Gang scheduling gave up waiting for the PodGroup (gpufleet's wording;
+/// upstream left the job pending forever).
+pub fn scheduling_timeout_message(name: &str, seconds: i32) -> String {
+    format!("Job {name} has failed because its PodGroup was not admitted within {seconds} seconds")
+}
+/// `TFJob {name} is suspended.`
+pub fn suspended_message(name: &str) -> String {
+    format!("TFJob {name} is suspended.")
+}
+/// `TFJob {name} is resumed.`
+pub fn resumed_message(name: &str) -> String {
+    format!("TFJob {name} is resumed.")
 }
 /// The invalid-spec message; upstream's words, then the specific problem
 /// (upstream lost it, report 1.9).

@@ -9,10 +9,14 @@
 
 pub mod children;
 pub mod conditions;
+pub mod failures;
+pub mod gang;
+pub mod indexes;
 pub mod names;
 pub mod tf_config;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -20,10 +24,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use crate::api::defaults::{self, EffectiveSpec, SuccessPolicy};
 use crate::api::validate::validate;
 use crate::api::{
-    CONTAINER_NAME, CleanPodPolicy, JobStatus, ReplicaStatus, ReplicaType, RestartPolicy, TFJob,
-    TFJobObject,
+    BackoffStatus, CONTAINER_NAME, CleanPodPolicy, JobStatus, MANAGED_BY_OPERATOR, ReplicaStatus,
+    ReplicaType, TFJob, TFJobObject,
 };
 use conditions as cond;
+use failures::{Backoff, ExitCodeSet, FailedPod};
 
 /// Operator-wide settings the planner needs.
 #[derive(Clone, Debug)]
@@ -32,6 +37,12 @@ pub struct PlanConfig {
     pub cluster_domain: Option<String>,
     /// `cleanPodPolicy` of jobs that set none (`Running`: tf-operator parity).
     pub default_clean_pod_policy: CleanPodPolicy,
+    /// Exit codes an `ExitCode` replica retries (default 128 and above).
+    pub retryable_exit_codes: ExitCodeSet,
+    /// Pacing of pod re-creation after counted failures.
+    pub backoff: Backoff,
+    /// Gang scheduling with Volcano PodGroups; None: off.
+    pub gang: Option<gang::GangConfig>,
 }
 
 impl Default for PlanConfig {
@@ -39,6 +50,9 @@ impl Default for PlanConfig {
         Self {
             cluster_domain: None,
             default_clean_pod_policy: CleanPodPolicy::Running,
+            retryable_exit_codes: ExitCodeSet::default(),
+            backoff: Backoff::default(),
+            gang: None,
         }
     }
 }
@@ -46,13 +60,6 @@ impl Default for PlanConfig {
 /// Exit code reported when the tensorflow container has no terminated
 /// state (upstream's sentinel 0xbeef).
 pub const NO_EXIT_CODE: i32 = 0xbeef;
-
-/// Whether an `ExitCode` replica that exited with `code` is retried: the
-/// signal range, 128 and above (training-operator's rule, which the report
-/// recommends; issue 16 makes the set configurable).
-pub fn is_retryable_exit_code(code: i32) -> bool {
-    code >= 128
-}
 
 /// A child to create, delete, adopt or release.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +87,19 @@ pub enum ChildAction {
         name: String,
         uid: Option<String>,
         owners: Vec<OwnerReference>,
+    },
+    /// Gang scheduling: the job's Volcano PodGroup, before any pod.
+    CreatePodGroup(Box<serde_json::Value>),
+    DeletePodGroup {
+        name: String,
+        uid: Option<String>,
+    },
+    /// `ttlSecondsAfterFinished` expired: delete the job (background
+    /// propagation; the garbage collector takes the children), only the
+    /// job of this UID.
+    DeleteJob {
+        name: String,
+        uid: Option<String>,
     },
 }
 
@@ -133,6 +153,10 @@ pub struct Plan {
     pub status: JobStatus,
     /// Whether `status` differs from the observed one (write only then).
     pub status_changed: bool,
+    /// When to look at the job again with no change to wake it: the
+    /// earliest of the deadline, the TTL expiry and the end of the
+    /// re-creation backoff. `None`: only a change wakes it.
+    pub requeue_after: Option<Duration>,
 }
 
 impl Plan {
@@ -142,6 +166,7 @@ impl Plan {
             events: Vec::new(),
             status,
             status_changed: false,
+            requeue_after: None,
         }
     }
 }
@@ -156,6 +181,19 @@ pub fn plan(
     now: jiff::Timestamp,
     config: &PlanConfig,
 ) -> Plan {
+    plan_with_pod_group(object, pods, services, None, now, config)
+}
+
+/// [`plan`] with the job's PodGroup as observed (gang scheduling; `None`
+/// when there is none or gang scheduling is off).
+pub fn plan_with_pod_group(
+    object: &TFJobObject,
+    pods: &[&Pod],
+    services: &[&Service],
+    pod_group: Option<&gang::ObservedPodGroup>,
+    now: jiff::Timestamp,
+    config: &PlanConfig,
+) -> Plan {
     let now = Time(now);
     if object.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the children; nothing to decide.
@@ -165,6 +203,10 @@ pub fn plan(
         Ok(job) => job,
         Err(problem) => return invalid(object, &problem, now),
     };
+    if is_managed_elsewhere(&job) {
+        // Another controller (e.g. MultiKueue) owns it: no child, no status.
+        return Plan::unchanged(object.status());
+    }
     if let Err(error) = validate(&job) {
         return invalid(object, &error.message, now);
     }
@@ -177,11 +219,24 @@ pub fn plan(
         actions: Vec::new(),
         events: Vec::new(),
         status: job.status.clone().unwrap_or_default(),
-        restarting: BTreeSet::new(),
+        wake_at: None,
+        pod_group,
     };
     planner.run(pods, services);
     let old = job.status.clone().unwrap_or_default();
-    finish(planner.actions, planner.events, old, planner.status)
+    let requeue_after = planner.requeue_after();
+    let mut plan = finish(planner.actions, planner.events, old, planner.status);
+    plan.requeue_after = requeue_after;
+    plan
+}
+
+/// `runPolicy.managedBy` names a controller other than this operator.
+fn is_managed_elsewhere(job: &TFJob) -> bool {
+    job.spec
+        .run_policy
+        .as_ref()
+        .and_then(|run| run.managed_by.as_deref())
+        .is_some_and(|manager| !manager.is_empty() && manager != MANAGED_BY_OPERATOR)
 }
 
 /// Completes a plan: the status counts as changed when anything but the
@@ -201,6 +256,7 @@ fn finish(
         events,
         status,
         status_changed,
+        requeue_after: None,
     }
 }
 
@@ -243,8 +299,49 @@ struct Planner<'a> {
     actions: Vec<ChildAction>,
     events: Vec<PlannedEvent>,
     status: JobStatus,
-    /// Replica types with a pod restarted (ExitCode) in this pass.
-    restarting: BTreeSet<ReplicaType>,
+    /// The earliest instant something is due without a change.
+    wake_at: Option<jiff::Timestamp>,
+    pod_group: Option<&'a gang::ObservedPodGroup>,
+}
+
+/// What one replica type's pods say, before anything is decided.
+#[derive(Default)]
+struct Observed<'p> {
+    /// Counts of this pass (succeeded from the remembered indices).
+    counts: ReplicaStatus,
+    /// Indices that succeeded, now or in an earlier pass.
+    succeeded: BTreeSet<i32>,
+    /// Slots below `replicas` with no pod and no success: to create.
+    missing: Vec<i32>,
+    /// Failed pods to delete so they are re-created (retries).
+    retries: Vec<&'p Pod>,
+    /// Whether a pod of this type is being retried (for Restarting).
+    restarting: bool,
+    /// Pods above `replicas` (scale-down).
+    surplus: Vec<&'p Pod>,
+}
+
+/// The one decision of a pass, taken after every pod has been observed.
+enum Verdict {
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+    Succeeded,
+    /// Neither: create, restart, report Running or Restarting.
+    Going,
+}
+
+fn phase_of(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default()
+}
+
+fn add_duration(t: &Time, seconds: i64) -> jiff::Timestamp {
+    t.0.checked_add(jiff::SignedDuration::from_secs(seconds))
+        .unwrap_or(jiff::Timestamp::MAX)
 }
 
 impl Planner<'_> {
@@ -256,6 +353,18 @@ impl Planner<'_> {
     }
     fn uid(&self) -> &str {
         self.job.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    /// Asks to be woken at `at` (the earliest such request wins).
+    fn wake_at(&mut self, at: jiff::Timestamp) {
+        self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+    }
+
+    fn requeue_after(&self) -> Option<Duration> {
+        let at = self.wake_at?;
+        let wait = at.duration_since(self.now.0);
+        // Due already: look again at once (a zero delay), not never.
+        Some(Duration::try_from(wait).unwrap_or(Duration::ZERO))
     }
 
     fn run(&mut self, pods: &[&Pod], services: &[&Service]) {
@@ -296,22 +405,50 @@ impl Planner<'_> {
             self.finished(&pods, &services);
             return;
         }
-        let types: Vec<ReplicaType> = self.spec.replicas.keys().cloned().collect();
-        let mut statuses = BTreeMap::new();
-        let mut worker0_completed = !self.spec.replicas.contains_key(&ReplicaType::Worker);
-        for rtype in &types {
-            let (replica_status, worker0) = self.reconcile_pods(rtype, &pods);
-            if *rtype == ReplicaType::Worker {
-                worker0_completed = worker0;
-            }
-            statuses.insert(rtype.clone(), replica_status);
-            self.reconcile_services(rtype, &services);
+        if self.spec.suspend {
+            self.suspend(&pods, &services);
+            return;
         }
-        self.status.replica_statuses = statuses
+        self.resume_if_suspended();
+        if self.status.start_time.is_none() {
+            self.status.start_time = Some(self.now.clone());
+        }
+
+        let types: Vec<ReplicaType> = self.spec.replicas.keys().cloned().collect();
+        let mut observed: BTreeMap<ReplicaType, Observed<'_>> = BTreeMap::new();
+        for rtype in &types {
+            let seen = self.observe(rtype, &pods);
+            observed.insert(rtype.clone(), seen);
+        }
+        self.count_failures(&pods);
+        self.status.replica_statuses = observed
             .iter()
-            .map(|(rtype, status)| (rtype.canonical().to_string(), status.clone()))
+            .map(|(rtype, seen)| (rtype.canonical().to_string(), seen.counts.clone()))
             .collect();
-        self.update_job_status(&statuses, worker0_completed);
+
+        match self.decide(&observed) {
+            Verdict::Failed { reason, message } => {
+                self.transition(cond::FAILED, reason, message, EventType::Normal);
+                self.finished(&pods, &services);
+            }
+            Verdict::Succeeded => {
+                let message = cond::succeeded_message(self.namespace(), &name);
+                self.transition(
+                    cond::SUCCEEDED,
+                    cond::REASON_SUCCEEDED,
+                    message,
+                    EventType::Normal,
+                );
+                self.finished(&pods, &services);
+            }
+            Verdict::Going => {
+                self.act(&observed);
+                for rtype in &types {
+                    self.reconcile_services(rtype, &services);
+                }
+                self.report_progress(&observed);
+            }
+        }
     }
 
     /// Keeps children controlled by this job (releasing those whose labels
@@ -364,36 +501,42 @@ impl Planner<'_> {
         claimed
     }
 
-    /// Finished job: delete per cleanPodPolicy, fold active into succeeded.
+    /// Finished job: delete per cleanPodPolicy (and the Services of the
+    /// pods it deletes or that are gone), fold active into succeeded,
+    /// apply the TTL.
     fn finished(&mut self, pods: &[Claimed<'_, Pod>], services: &[Claimed<'_, Service>]) {
+        let policy = self.spec.clean_pod_policy;
+        let mut kept_pods: BTreeSet<String> = BTreeSet::new();
         for pod in pods {
-            let phase = pod
-                .object
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .unwrap_or("Pending");
-            let delete = match self.spec.clean_pod_policy {
+            let name = pod.object.metadata.name.clone().unwrap_or_default();
+            let phase = phase_of(pod.object);
+            let delete = match policy {
                 CleanPodPolicy::All => true,
-                CleanPodPolicy::Running => phase == "Running" || phase == "Pending",
+                CleanPodPolicy::Running => matches!(phase, "Running" | "Pending" | ""),
                 CleanPodPolicy::None => false,
             };
-            if !delete || pod.object.metadata.deletion_timestamp.is_some() {
+            if !delete {
+                kept_pods.insert(name);
                 continue;
             }
-            let name = pod.object.metadata.name.clone().unwrap_or_default();
-            self.actions.push(ChildAction::DeletePod {
-                name: name.clone(),
-                uid: pod.object.metadata.uid.clone(),
-            });
-            if let Some(service) = services
-                .iter()
-                .find(|s| s.object.metadata.name.as_deref() == Some(name.as_str()))
-            {
-                self.actions.push(ChildAction::DeleteService {
+            if pod.object.metadata.deletion_timestamp.is_none() {
+                self.actions.push(ChildAction::DeletePod {
                     name,
-                    uid: service.object.metadata.uid.clone(),
+                    uid: pod.object.metadata.uid.clone(),
                 });
+            }
+        }
+        // By label, not only by pod name: a Service whose pod vanished
+        // earlier goes too (upstream left those behind, #1191).
+        if policy != CleanPodPolicy::None {
+            for service in services {
+                let name = service.object.metadata.name.clone().unwrap_or_default();
+                if !kept_pods.contains(&name) {
+                    self.actions.push(ChildAction::DeleteService {
+                        name,
+                        uid: service.object.metadata.uid.clone(),
+                    });
+                }
             }
         }
         if cond::has_true(&self.status, cond::SUCCEEDED) {
@@ -402,21 +545,109 @@ impl Planner<'_> {
                 status.active = 0;
             }
         }
+        self.delete_pod_group();
+        self.ttl();
     }
 
-    /// Report 2.10 for one replica type: create missing pods, delete pods
-    /// beyond `replicas`, restart retryable ExitCode failures, count.
-    /// Returns the counts and whether worker 0 completed (for Worker).
-    fn reconcile_pods(
-        &mut self,
-        rtype: &ReplicaType,
-        pods: &[Claimed<'_, Pod>],
-    ) -> (ReplicaStatus, bool) {
+    /// A finished or suspended job holds no gang reservation.
+    fn delete_pod_group(&mut self) {
+        if let (Some(_), Some(group)) = (&self.config.gang, self.pod_group) {
+            self.actions.push(ChildAction::DeletePodGroup {
+                name: self.name().to_string(),
+                uid: group.uid.clone(),
+            });
+        }
+    }
+
+    /// `ttlSecondsAfterFinished`: delete the job once it expired, else be
+    /// woken exactly then (upstream re-queued in a hot loop, #965).
+    fn ttl(&mut self) {
+        let (Some(ttl), Some(completed)) = (
+            self.spec.ttl_seconds_after_finished,
+            self.status.completion_time.clone(),
+        ) else {
+            return;
+        };
+        let expires = add_duration(&completed, i64::from(ttl.max(0)));
+        if self.now.0 >= expires {
+            self.actions.push(ChildAction::DeleteJob {
+                name: self.name().to_string(),
+                uid: self.job.metadata.uid.clone(),
+            });
+        } else {
+            self.wake_at(expires);
+        }
+    }
+
+    /// `runPolicy.suspend`: every pod and Service goes whatever the
+    /// cleanPodPolicy, nothing is created, the deadline clock stops.
+    fn suspend(&mut self, pods: &[Claimed<'_, Pod>], services: &[Claimed<'_, Service>]) {
+        for pod in pods {
+            if pod.object.metadata.deletion_timestamp.is_none() {
+                self.actions.push(ChildAction::DeletePod {
+                    name: pod.object.metadata.name.clone().unwrap_or_default(),
+                    uid: pod.object.metadata.uid.clone(),
+                });
+            }
+        }
+        for service in services {
+            self.actions.push(ChildAction::DeleteService {
+                name: service.object.metadata.name.clone().unwrap_or_default(),
+                uid: service.object.metadata.uid.clone(),
+            });
+        }
+        for status in self.status.replica_statuses.values_mut() {
+            status.active = 0;
+        }
+        self.delete_pod_group();
+        let message = cond::suspended_message(self.name());
+        if cond::has_true(&self.status, cond::RUNNING) {
+            cond::set_with_status(
+                &mut self.status,
+                cond::RUNNING,
+                cond::FALSE,
+                cond::REASON_SUSPENDED,
+                &message,
+                self.now.clone(),
+            );
+        }
+        self.transition(
+            cond::SUSPENDED,
+            cond::REASON_SUSPENDED,
+            message,
+            EventType::Normal,
+        );
+    }
+
+    /// Resuming restarts the deadline clock (startTime = now), as
+    /// training-operator does.
+    fn resume_if_suspended(&mut self) {
+        if !cond::has_true(&self.status, cond::SUSPENDED) {
+            return;
+        }
+        let message = cond::resumed_message(self.name());
+        if cond::set_with_status(
+            &mut self.status,
+            cond::SUSPENDED,
+            cond::FALSE,
+            cond::REASON_RESUMED,
+            &message,
+            self.now.clone(),
+        ) {
+            self.events
+                .push(PlannedEvent::normal(cond::REASON_RESUMED, message));
+        }
+        self.status.start_time = Some(self.now.clone());
+    }
+
+    /// Report 2.10 for one replica type, observing only: which slots lack
+    /// a pod, which pods are retried, succeeded, failed, surplus.
+    fn observe<'p>(&mut self, rtype: &ReplicaType, pods: &[Claimed<'p, Pod>]) -> Observed<'p> {
         let Some(replica) = self.spec.replicas.get(rtype) else {
-            return (ReplicaStatus::default(), false);
+            return Observed::default();
         };
         let lower = rtype.lower();
-        let mine: Vec<&Claimed<'_, Pod>> = pods.iter().filter(|p| p.rtype == lower).collect();
+        let mine: Vec<&Claimed<'p, Pod>> = pods.iter().filter(|p| p.rtype == lower).collect();
         let highest = mine
             .iter()
             .filter_map(|p| p.index)
@@ -424,37 +655,38 @@ impl Planner<'_> {
             .map_or(0, |i| i + 1);
         let slots = replica.replicas.max(highest);
         let (selector, label_selector) = names::replica_selector(self.name(), rtype);
-        let mut counts = ReplicaStatus {
-            selector: Some(selector),
-            label_selector: Some(label_selector),
-            ..ReplicaStatus::default()
+        let mut seen = Observed {
+            counts: ReplicaStatus {
+                selector: Some(selector),
+                label_selector: Some(label_selector),
+                ..ReplicaStatus::default()
+            },
+            succeeded: self
+                .status
+                .replica_statuses
+                .get(rtype.canonical())
+                .and_then(|s| s.succeeded_indexes.as_deref())
+                .map(indexes::parse)
+                .unwrap_or_default(),
+            ..Observed::default()
         };
-        let mut worker0_completed = false;
         for index in 0..slots {
-            let in_slot: Vec<&Pod> = mine
+            let Some(pod) = mine
                 .iter()
-                .filter(|p| p.index == Some(index))
+                .find(|p| p.index == Some(index))
                 .map(|p| p.object)
-                .collect();
-            let Some(pod) = in_slot.first().copied() else {
-                if index < replica.replicas {
-                    self.create_pod(rtype, index);
+            else {
+                if index < replica.replicas && !seen.succeeded.contains(&index) {
+                    seen.missing.push(index);
                 }
                 continue;
             };
             let pod_name = pod.metadata.name.clone().unwrap_or_default();
             let deleting = pod.metadata.deletion_timestamp.is_some();
             if index >= replica.replicas && !deleting {
-                self.actions.push(ChildAction::DeletePod {
-                    name: pod_name.clone(),
-                    uid: pod.metadata.uid.clone(),
-                });
+                seen.surplus.push(pod);
             }
-            let phase = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .unwrap_or_default();
+            let phase = phase_of(pod);
             let (terminated, exit_code) = tensorflow_exit(pod);
             if let Some(restarts) = terminated {
                 let message = format!(
@@ -470,37 +702,234 @@ impl Planner<'_> {
                 self.events
                     .push(PlannedEvent::normal("ExitedWithCode", message).keyed(key));
             }
-            if *rtype == ReplicaType::Worker
-                && index == 0
-                && phase == "Succeeded"
-                && terminated.is_some()
-                && exit_code == 0
-            {
-                worker0_completed = true;
-            }
-            if replica.restart_policy == RestartPolicy::ExitCode
-                && phase == "Failed"
-                && is_retryable_exit_code(exit_code)
-            {
-                // The pod goes and comes back under the same name on a
-                // later pass; it is neither active nor failed meanwhile.
-                if !deleting {
-                    self.actions.push(ChildAction::DeletePod {
-                        name: pod_name,
-                        uid: pod.metadata.uid.clone(),
-                    });
-                }
-                self.restarting.insert(rtype.clone());
-                continue;
-            }
             match phase {
-                "Running" => counts.active += 1,
-                "Succeeded" => counts.succeeded += 1,
-                "Failed" => counts.failed += 1,
+                "Running" => seen.counts.active += 1,
+                "Succeeded" if index < replica.replicas => {
+                    seen.succeeded.insert(index);
+                }
+                "Failed" => match failures::failed_pod(
+                    pod,
+                    replica.restart_policy,
+                    exit_code,
+                    &self.config.retryable_exit_codes,
+                ) {
+                    // The pod goes and comes back under the same name on a
+                    // later pass; it is neither active nor failed meanwhile.
+                    FailedPod::Retry { .. } => {
+                        seen.restarting = true;
+                        if !deleting && index < replica.replicas {
+                            seen.retries.push(pod);
+                        }
+                    }
+                    FailedPod::Permanent => seen.counts.failed += 1,
+                },
                 _ => {}
             }
         }
-        (counts, worker0_completed)
+        seen.succeeded.retain(|&i| i < replica.replicas);
+        seen.counts.succeeded = i32::try_from(seen.succeeded.len()).unwrap_or(i32::MAX);
+        seen.counts.succeeded_indexes = indexes::format(&seen.succeeded);
+        seen
+    }
+
+    /// Counts failures towards `backoffLimit`: each live pod contributes
+    /// its container restarts plus one if it failed for its own reasons;
+    /// what a pod UID contributed before is not counted again, and a pod
+    /// that is gone keeps its failures counted.
+    fn count_failures(&mut self, pods: &[Claimed<'_, Pod>]) {
+        let mut backoff = self.status.backoff.clone().unwrap_or_default();
+        let mut live = BTreeMap::new();
+        let mut counted_now = false;
+        for pod in pods {
+            let Some(uid) = pod.object.metadata.uid.clone() else {
+                continue;
+            };
+            let rtype = self
+                .spec
+                .replicas
+                .keys()
+                .find(|t| t.lower() == pod.rtype)
+                .cloned();
+            let Some(replica) = rtype.and_then(|t| self.spec.replicas.get(&t)) else {
+                continue;
+            };
+            let mut contribution = failures::container_restarts(pod.object);
+            if phase_of(pod.object) == "Failed" {
+                let (_, exit_code) = tensorflow_exit(pod.object);
+                let outcome = failures::failed_pod(
+                    pod.object,
+                    replica.restart_policy,
+                    exit_code,
+                    &self.config.retryable_exit_codes,
+                );
+                if outcome != (FailedPod::Retry { counted: false }) {
+                    contribution += 1;
+                }
+            }
+            let before = backoff.pods.get(&uid).copied().unwrap_or(0);
+            if contribution > before {
+                backoff.failures = backoff.failures.saturating_add(contribution - before);
+                counted_now = true;
+            }
+            if contribution.max(before) > 0 {
+                live.insert(uid, contribution.max(before));
+            }
+        }
+        backoff.pods = live;
+        if counted_now {
+            backoff.last_failure_time = Some(self.now.clone());
+        }
+        self.status.backoff = (backoff != BackoffStatus::default()).then_some(backoff);
+    }
+
+    /// Success and failure decided in one pass, in this precedence: the
+    /// deadline, the backoff limit, a replica that failed for good, then
+    /// success (report 5.3: failure wins unless already succeeded).
+    fn decide(&mut self, observed: &BTreeMap<ReplicaType, Observed<'_>>) -> Verdict {
+        let name = self.name().to_string();
+        let namespace = self.namespace().to_string();
+        if let (Some(deadline), Some(start)) = (
+            self.spec.active_deadline_seconds,
+            self.status.start_time.clone(),
+        ) {
+            let due = add_duration(&start, deadline.max(0));
+            if self.now.0 >= due {
+                return Verdict::Failed {
+                    reason: cond::REASON_JOB_FAILED,
+                    message: cond::deadline_message(&name),
+                };
+            }
+            self.wake_at(due);
+        }
+        if let Some(limit) = self.spec.backoff_limit {
+            let failures = self.status.backoff.as_ref().map_or(0, |b| b.failures);
+            if failures > limit.max(0) {
+                return Verdict::Failed {
+                    reason: cond::REASON_JOB_FAILED,
+                    message: cond::backoff_limit_message(&name),
+                };
+            }
+        }
+        if let Some(timeout) = self.scheduling_timeout() {
+            return timeout;
+        }
+        // A retry elsewhere never hides this (upstream's Restarting mask).
+        if let Some((rtype, seen)) = observed
+            .iter()
+            .find(|(rtype, seen)| rtype.is_known() && seen.counts.failed > 0)
+        {
+            return Verdict::Failed {
+                reason: cond::REASON_FAILED,
+                message: cond::failed_message(
+                    &namespace,
+                    &name,
+                    seen.counts.failed,
+                    rtype.canonical(),
+                ),
+            };
+        }
+        if self.is_successful(observed) {
+            return Verdict::Succeeded;
+        }
+        Verdict::Going
+    }
+
+    /// `schedulingPolicy.scheduleTimeoutSeconds` with gang scheduling: a
+    /// PodGroup not admitted that long after its creation fails the job
+    /// (report 5.3's pending timeout); until then the plan wakes at it.
+    fn scheduling_timeout(&mut self) -> Option<Verdict> {
+        self.config.gang.as_ref()?;
+        let group = self.pod_group?;
+        if group.is_admitted() {
+            return None;
+        }
+        let seconds = self
+            .job
+            .spec
+            .run_policy
+            .as_ref()
+            .and_then(|run| run.scheduling_policy.as_ref())
+            .and_then(|policy| policy.schedule_timeout_seconds)?;
+        let due = group
+            .created?
+            .checked_add(jiff::SignedDuration::from_secs(i64::from(seconds.max(0))))
+            .unwrap_or(jiff::Timestamp::MAX);
+        if self.now.0 >= due {
+            return Some(Verdict::Failed {
+                reason: cond::REASON_JOB_FAILED,
+                message: cond::scheduling_timeout_message(self.name(), seconds),
+            });
+        }
+        self.wake_at(due);
+        None
+    }
+
+    /// Report 2.11: the Chief (or Master) decides when there is one;
+    /// otherwise every worker, or worker 0 unless `AllWorkers`. PS and
+    /// Evaluator replicas never block success.
+    fn is_successful(&self, observed: &BTreeMap<ReplicaType, Observed<'_>>) -> bool {
+        let done = |rtype: &ReplicaType| {
+            let replicas = self.spec.replicas.get(rtype).map_or(0, |r| r.replicas);
+            observed
+                .get(rtype)
+                .is_some_and(|seen| seen.counts.succeeded >= replicas)
+        };
+        if self.spec.has_chief() {
+            return observed.keys().filter(|t| t.is_chief()).any(done);
+        }
+        let Some(workers) = observed.get(&ReplicaType::Worker) else {
+            return false;
+        };
+        let worker0_completed = workers.succeeded.contains(&0);
+        done(&ReplicaType::Worker)
+            || (worker0_completed && self.spec.success_policy != SuccessPolicy::AllWorkers)
+    }
+
+    /// A going job: retries deleted, surplus deleted, missing pods created
+    /// once the re-creation backoff has passed.
+    fn act(&mut self, observed: &BTreeMap<ReplicaType, Observed<'_>>) {
+        for seen in observed.values() {
+            for pod in seen.retries.iter().chain(seen.surplus.iter()) {
+                self.actions.push(ChildAction::DeletePod {
+                    name: pod.metadata.name.clone().unwrap_or_default(),
+                    uid: pod.metadata.uid.clone(),
+                });
+            }
+        }
+        if self.config.gang.is_some() {
+            match self.pod_group {
+                // The group first; its pods once Volcano admitted it.
+                None => {
+                    let group = gang::pod_group(self.job, self.spec);
+                    self.actions
+                        .push(ChildAction::CreatePodGroup(Box::new(group)));
+                    return;
+                }
+                Some(group) if !group.is_admitted() => return,
+                Some(_) => {}
+            }
+        }
+        if observed.values().all(|seen| seen.missing.is_empty()) {
+            return;
+        }
+        if let Some(backoff) = self.status.backoff.clone()
+            && let Some(last) = backoff.last_failure_time.as_ref()
+        {
+            let delay = self.config.backoff.delay(backoff.failures);
+            let ready_at = last
+                .0
+                .checked_add(jiff::SignedDuration::try_from(delay).unwrap_or_default())
+                .unwrap_or(jiff::Timestamp::MAX);
+            if self.now.0 < ready_at {
+                self.wake_at(ready_at);
+                return;
+            }
+        }
+        for (rtype, seen) in observed {
+            for &index in &seen.missing {
+                self.create_pod(rtype, index);
+            }
+        }
     }
 
     fn create_pod(&mut self, rtype: &ReplicaType, index: i32) {
@@ -521,6 +950,17 @@ impl Planner<'_> {
                 )
                 .keyed(key),
             );
+        }
+        let mut pod = pod;
+        if let Some(gang) = &self.config.gang {
+            let name = self.name().to_string();
+            pod.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(gang::GROUP_NAME_ANNOTATION.to_string(), name);
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.scheduler_name = Some(gang.scheduler_name.clone());
+            }
         }
         self.actions.push(ChildAction::CreatePod(Box::new(pod)));
     }
@@ -550,73 +990,31 @@ impl Planner<'_> {
         }
     }
 
-    /// Report 2.11: Running / Succeeded / Failed from the counts.
-    fn update_job_status(
-        &mut self,
-        statuses: &BTreeMap<ReplicaType, ReplicaStatus>,
-        worker0_completed: bool,
-    ) {
-        if self.status.start_time.is_none() {
-            self.status.start_time = Some(self.now.clone());
-        }
+    /// Restarting while a replica is being retried, else Running when the
+    /// replica that decides success runs (report 2.11).
+    fn report_progress(&mut self, observed: &BTreeMap<ReplicaType, Observed<'_>>) {
         let name = self.name().to_string();
-        let namespace = self.namespace().to_string();
-        let has_chief = self.spec.has_chief();
-        for (rtype, counts) in statuses {
-            if !rtype.is_known() {
-                continue;
-            }
-            let replicas = self.spec.replicas.get(rtype).map_or(0, |r| r.replicas);
-            let expected = replicas - counts.succeeded;
-            let running = counts.active;
-            if has_chief {
-                if rtype.is_chief() {
-                    if running > 0 {
-                        self.running(&namespace, &name);
-                    }
-                    if expected == 0 {
-                        self.succeeded(&namespace, &name);
-                    }
-                }
-            } else if *rtype == ReplicaType::Worker {
-                if expected == 0
-                    || (worker0_completed && self.spec.success_policy != SuccessPolicy::AllWorkers)
-                {
-                    self.succeeded(&namespace, &name);
-                } else if running > 0 {
-                    self.running(&namespace, &name);
-                }
-            }
-            if counts.failed > 0 {
-                let message =
-                    cond::failed_message(&namespace, &name, counts.failed, rtype.canonical());
-                self.transition(
-                    cond::FAILED,
-                    cond::REASON_FAILED,
-                    message,
-                    EventType::Normal,
-                );
-            }
+        if let Some((rtype, _)) = observed.iter().find(|(_, seen)| seen.restarting) {
+            let message = cond::restarting_message(&name, rtype.canonical());
+            self.transition(
+                cond::RESTARTING,
+                cond::REASON_RESTARTING,
+                message,
+                EventType::Warning,
+            );
+            return;
         }
-        // Like training-operator, a restart in this pass stays visible even
-        // if another replica reported Running earlier in the pass.
-        let restarting: Vec<ReplicaType> = self.restarting.iter().cloned().collect();
-        if !cond::is_finished(&self.status) {
-            for rtype in restarting {
-                let message = cond::restarting_message(&name, rtype.canonical());
-                self.transition(
-                    cond::RESTARTING,
-                    cond::REASON_RESTARTING,
-                    message,
-                    EventType::Warning,
-                );
-            }
-        }
-    }
-
-    fn running(&mut self, namespace: &str, name: &str) {
-        if self.restarting.is_empty() {
-            let message = cond::running_message(namespace, name);
+        let deciding_runs = if self.spec.has_chief() {
+            observed
+                .iter()
+                .any(|(rtype, seen)| rtype.is_chief() && seen.counts.active > 0)
+        } else {
+            observed
+                .get(&ReplicaType::Worker)
+                .is_some_and(|seen| seen.counts.active > 0)
+        };
+        if deciding_runs {
+            let message = cond::running_message(self.namespace(), &name);
             cond::set(
                 &mut self.status,
                 cond::RUNNING,
@@ -625,16 +1023,6 @@ impl Planner<'_> {
                 self.now.clone(),
             );
         }
-    }
-
-    fn succeeded(&mut self, namespace: &str, name: &str) {
-        let message = cond::succeeded_message(namespace, name);
-        self.transition(
-            cond::SUCCEEDED,
-            cond::REASON_SUCCEEDED,
-            message,
-            EventType::Normal,
-        );
     }
 
     /// Sets a condition; on an actual transition emits its event and, for

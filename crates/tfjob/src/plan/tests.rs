@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::*;
-use crate::api::{ReplicaSpec, TFJobSpec};
+use crate::api::{ReplicaSpec, RestartPolicy, TFJobSpec};
 use crate::testing::{job_with, tf_template};
 
 fn now() -> jiff::Timestamp {
@@ -419,7 +419,9 @@ fn a_failed_exit_code_pod_with_a_permanent_code_sets_the_job_failed() {
     );
     let plan = run(&job, &pods, &all_services(&job));
     assert_eq!(last_condition(&plan.status).type_, "Failed");
-    assert_eq!(deleted_pods(&plan), Vec::<String>::new());
+    // The failed pod is not restarted; in the same pass cleanPodPolicy
+    // (default Running) removes the still-running worker.
+    assert_eq!(deleted_pods(&plan), ["test-tfjob-worker-1"]);
 }
 
 #[test]
@@ -674,7 +676,7 @@ fn with_all_workers_policy_worker_0_done_and_3_active_is_running_all_4_done_succ
 }
 
 #[test]
-fn chief_running_with_workers_succeeded_is_running_a_failed_ps_fails_chief_failed_fails_chief_succeeded_succeeds()
+fn chief_running_with_workers_succeeded_is_running_a_failed_ps_fails_chief_failed_fails_chief_succeeded_with_workers_failed_fails_in_one_pass()
  {
     let job = job(&[("Chief", 1, None), ("Worker", 2, None), ("PS", 1, None)]);
     let workers_done = [
@@ -714,7 +716,25 @@ fn chief_running_with_workers_succeeded_is_running_a_failed_ps_fails_chief_faile
             ("Worker", 1, "Failed", Some(1)),
         ],
     );
-    assert!(true_conditions(&failed_workers).contains(&"Succeeded"));
+    // Decided in one pass, failure wins (upstream appended both, Failed
+    // last, so its State column showed Failed too).
+    assert_eq!(true_conditions(&failed_workers), ["Created", "Failed"]);
+    // Once Succeeded is recorded, a later worker failure changes nothing.
+    let succeeded = status_for(&job, &[("Chief", 0, "Succeeded", Some(0))]);
+    let mut done = job.clone();
+    done.status = Some(succeeded);
+    let later = run(
+        &done,
+        &pods_of(
+            &done,
+            &[
+                ("Chief", 0, "Succeeded", Some(0)),
+                ("Worker", 0, "Failed", Some(1)),
+            ],
+        ),
+        &all_services(&done),
+    );
+    assert_eq!(true_conditions(&later.status), ["Created", "Succeeded"]);
 }
 
 #[test]
@@ -736,7 +756,13 @@ fn worker0_completed_is_true_for_a_single_succeeded_worker_master_or_chief_only_
             ("Worker", 1, "Failed", Some(1)),
         ],
     );
-    assert!(true_conditions(&two).contains(&"Succeeded"));
+    // Worker 0 counts as completed (its index is on record), but decided
+    // in one pass the failure of worker 1 wins.
+    assert_eq!(
+        two.replica_statuses["Worker"].succeeded_indexes.as_deref(),
+        Some("0")
+    );
+    assert_eq!(true_conditions(&two), ["Created", "Failed"]);
 }
 
 #[test]
@@ -903,3 +929,6 @@ fn a_job_being_deleted_is_left_to_the_garbage_collector() {
     assert_eq!(plan.actions, []);
     assert!(!plan.status_changed);
 }
+
+/// Issue 16: restart, backoff, deadline, TTL, cleanup, suspend, managedBy.
+mod policies;

@@ -1,6 +1,8 @@
 //! The TFJob operator end to end: the CRD installed from the types, the
-//! operator on controller-kit, pods run by kube-sim's simulated kubelet.
-//! One binary; the cluster comes from `support::test_cluster` alone.
+//! operator on controller-kit, pods run by kube-sim's simulated kubelet or by KWOK.
+//! One binary; the cluster comes from `support::test_cluster` alone (the
+//! lane switch `GPUFLEET_TEST_CLUSTER=sim|real`).
 
-mod e2e;
 mod support;
+mod tfjob_e2e;
+mod tfjob_faults;

@@ -1,56 +1,141 @@
 //! The test cluster and helpers. `test_cluster` is the only place that
-//! decides which API server the suite talks to: kube-sim by default, or
-//! the cluster of the kubeconfig in `TFJOB_TEST_KUBECONFIG` (the
-//! real-cluster lane; its Nodes must run pods, e.g. KWOK ones).
+//! decides which API server the suite talks to, from the one lane switch
+//! `GPUFLEET_TEST_CLUSTER` (`kube_sim::lane::Lane::from_env`): kube-sim in
+//! the test's process by default, or the real control plane of
+//! `scripts/real-cluster.sh` (`real`), whose KWOK stages end containers by
+//! the same pod annotations as kube-sim's kubelet.
 
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube_sim::lane::Lane;
 use serde_json::{Value, json};
 use tfjob::api::{JobStatus, TFJobObject};
 use tfjob::run::{Operator, OperatorConfig};
 use tokio_util::sync::CancellationToken;
 
+/// Every namespace a test makes carries it, so the real lane's clean-up
+/// finds what earlier runs left.
+const TEST_NAMESPACE_LABEL: &str = "tfjob.gpufleet.dev/e2e";
+/// The namespace of deploy/tfjob (its ServiceAccount and Lease Role).
+const OPERATOR_NAMESPACE: &str = "kubeflow";
+/// The Node every test's pods land on (a KWOK fake Node on the real lane).
+const NODE_NAME: &str = "tfjob-node-1";
+
 /// A cluster for one test, with its own namespace.
 pub struct TestCluster {
+    /// The test's own client (cluster admin on the real lane).
     pub client: kube::Client,
     pub namespace: String,
-    _sim: Option<kube_sim::KubeSim>,
+    /// What the operator runs with: on the real lane deploy/tfjob's
+    /// ServiceAccount, so its RBAC is what the API server enforces; on
+    /// kube-sim the same as `client`.
+    operator_client: kube::Client,
+    /// Where the operator's Lease lives (deploy/tfjob grants leases in
+    /// `kubeflow` only); its name is the test's namespace, unique per test.
+    lease_namespace: String,
+    sim: Option<kube_sim::KubeSim>,
 }
 
-/// The cluster and namespace a test runs in; the CRD from the Rust types
-/// is installed. Switch here, nowhere else.
-pub async fn test_cluster(namespace: &str) -> TestCluster {
-    let (client, sim) = match std::env::var("TFJOB_TEST_KUBECONFIG") {
-        Ok(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+impl TestCluster {
+    /// kube-sim, for the tests of kube-sim-only knobs (fault injection);
+    /// such tests live outside the `*_e2e` modules.
+    pub fn sim(&self) -> &kube_sim::KubeSim {
+        self.sim
+            .as_ref()
+            .expect("a kube-sim-only test ran on the real lane")
+    }
+}
+
+/// `prefix` plus a random suffix: reruns against a cluster that lives on
+/// (the real lane) never meet an earlier run's objects.
+fn unique_name(prefix: &str) -> String {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{prefix}-{:08x}", hasher.finish() as u32)
+}
+
+/// The cluster and a fresh namespace `<prefix>-<random>` a test runs in;
+/// the CRD from the Rust types is installed. Switch here, nowhere else.
+pub async fn test_cluster(prefix: &str) -> TestCluster {
+    let lane = Lane::from_env().unwrap_or_else(|error| panic!("{error}"));
+    let (client, operator_client, sim) = match &lane {
+        Lane::Real(cluster) => {
+            let client = kube_sim::lane::client_from_kubeconfig(&cluster.admin_kubeconfig)
                 .await
-                .unwrap();
-            (kube::Client::try_from(config).unwrap(), None)
+                .unwrap_or_else(|error| panic!("{error}"));
+            let operator_client = kube_sim::lane::client_from_kubeconfig(
+                &cluster.service_account_kubeconfig("tfjob"),
+            )
+            .await
+            .unwrap_or_else(|error| {
+                panic!("{error} (deploy/tfjob's ServiceAccount; `scripts/real-cluster.sh up` writes it)")
+            });
+            remove_earlier_test_namespaces(&client).await;
+            (client, operator_client, None)
         }
-        Err(_) => {
+        Lane::Sim => {
             let sim = kube_sim::KubeSim::builder().start().await.unwrap();
-            let client = sim.client();
-            create_node(&client, "tfjob-node-1").await;
-            (client, Some(sim))
+            (sim.client(), sim.client(), Some(sim))
         }
     };
+    ensure_node(&client).await;
     install_crd(&client).await;
+    let namespace = unique_name(prefix);
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-    match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(error) => panic!("creating namespace {namespace}: {error}"),
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {
+        "name": namespace,
+        "labels": {TEST_NAMESPACE_LABEL: "true"},
+    }}))
+    .unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|error| panic!("creating namespace {namespace}: {error}"));
+    if lane.is_real() {
+        // The ServiceAccount admission plugin refuses pods until the
+        // controller-manager has made the namespace's `default` account.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &namespace);
+        eventually("the namespace's default ServiceAccount exists", || async {
+            accounts.get_opt("default").await.ok().flatten().is_some()
+        })
+        .await;
     }
     TestCluster {
         client,
-        namespace: namespace.to_string(),
-        _sim: sim,
+        lease_namespace: if lane.is_real() {
+            OPERATOR_NAMESPACE.to_string()
+        } else {
+            namespace.clone()
+        },
+        namespace,
+        operator_client,
+        sim,
+    }
+}
+
+/// The real lane is shared by every test and every run: the namespaces of
+/// earlier tests (and their pods, on the one KWOK Node) go first.
+async fn remove_earlier_test_namespaces(client: &kube::Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let earlier = ListParams::default().labels(TEST_NAMESPACE_LABEL);
+    for namespace in namespaces.list(&earlier).await.unwrap().items {
+        let name = namespace.metadata.name.unwrap_or_default();
+        if namespace.metadata.deletion_timestamp.is_none() {
+            match namespaces.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => panic!("deleting the earlier test namespace {name}: {error}"),
+            }
+        }
     }
 }
 
@@ -72,20 +157,38 @@ async fn install_crd(client: &kube::Client) {
     .await;
 }
 
-async fn create_node(client: &kube::Client, name: &str) {
+/// One Node with room for every test's pods, untainted so the job
+/// manifests need no toleration; KWOK manages it by its annotation, kube-sim
+/// simulates it as it does every Node.
+async fn ensure_node(client: &kube::Client) {
     let nodes: Api<Node> = Api::all(client.clone());
+    if nodes.get_opt(NODE_NAME).await.unwrap().is_some() {
+        return;
+    }
     let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "status": {"capacity": {"cpu": "256", "memory": "1Ti", "pods": "500"}}
+        "metadata": {
+            "name": NODE_NAME,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": NODE_NAME, "type": "kwok"},
+        },
+        "status": {
+            "capacity": {"cpu": "256", "memory": "1Ti", "pods": "500"},
+            "allocatable": {"cpu": "256", "memory": "1Ti", "pods": "500"},
+        }
     }))
     .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("creating Node {NODE_NAME}: {error}"),
+    }
 }
 
-/// A running operator replica watching one namespace.
+/// A running operator replica.
 pub struct RunningOperator {
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    registry: controller_kit::MetricsRegistry,
 }
 
 impl RunningOperator {
@@ -94,15 +197,60 @@ impl RunningOperator {
         self.shutdown.cancel();
         self.task.await.unwrap();
     }
+
+    /// Reconcile passes so far (the reconcile histogram's count).
+    pub fn reconciles(&self) -> u64 {
+        metric_value(
+            &self.registry.encode().unwrap(),
+            "training_operator_reconcile_duration_seconds_count",
+        )
+        .map_or(0, |v| v as u64)
+    }
+
+    /// The value of the first sample whose name and labels start with
+    /// `series` in the replica's `/metrics` text.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        metric_value(&self.registry.encode().unwrap(), series)
+    }
+}
+
+fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|line| line.starts_with(series))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+/// The end-to-end tests' pacing of pod re-creation: 1 s doubling to 4 s
+/// (the operator's default is 10 s to 360 s; unit tests pin that), so a
+/// test of three failures takes seconds, not a minute.
+pub fn fast_backoff() -> tfjob::plan::failures::Backoff {
+    tfjob::plan::failures::Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(4),
+    }
 }
 
 /// Starts an operator replica scoped to the test's namespace and waits until
 /// it leads with synced caches.
 pub async fn start_operator(cluster: &TestCluster) -> RunningOperator {
-    let mut config = OperatorConfig::new(cluster.namespace.clone());
+    start_operator_with(cluster, |_| {}).await
+}
+
+/// [`start_operator`] with the settings changed by `configure` (after the
+/// test defaults: the namespace scope and [`fast_backoff`]).
+pub async fn start_operator_with(
+    cluster: &TestCluster,
+    configure: impl FnOnce(&mut OperatorConfig),
+) -> RunningOperator {
+    let mut config = OperatorConfig::new(cluster.lease_namespace.clone());
+    config.election.name = cluster.namespace.clone();
     config.namespace = Some(cluster.namespace.clone());
-    let operator = Operator::new(cluster.client.clone(), config).unwrap();
+    config.plan.backoff = fast_backoff();
+    configure(&mut config);
+    let operator = Operator::new(cluster.operator_client.clone(), config).unwrap();
     let readiness = operator.readiness();
+    let registry = operator.registry();
     let shutdown = CancellationToken::new();
     let task = {
         let shutdown = shutdown.clone();
@@ -114,16 +262,29 @@ pub async fn start_operator(cluster: &TestCluster) -> RunningOperator {
     )
     .await
     .expect("the operator becomes ready");
-    RunningOperator { shutdown, task }
+    RunningOperator {
+        shutdown,
+        task,
+        registry,
+    }
 }
 
 /// Polls `check` until it holds (30 s at most).
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
+pub async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    eventually_within(Duration::from_secs(30), what, check).await;
+}
+
+/// Polls `check` until it holds, `limit` at most.
+pub async fn eventually_within<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if check().await {
             return;
@@ -131,6 +292,33 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("timed out waiting until {what}");
+}
+
+/// Merge-patches TFJob `name`'s spec with `spec` (a partial spec).
+pub async fn patch_spec(cluster: &TestCluster, name: &str, spec: Value) {
+    jobs(cluster)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
+/// A replica spec of one `tensorflow` container under `restart_policy`;
+/// `run_seconds` makes the simulated kubelet (kube-sim's, or KWOK's stages
+/// on the real lane) end the container with `exit_code`, `None` keeps it
+/// running like a parameter server.
+pub fn replica_with(
+    replicas: i32,
+    run_seconds: Option<&str>,
+    exit_code: i32,
+    restart_policy: &str,
+) -> Value {
+    let mut spec = replica(replicas, run_seconds, exit_code);
+    spec["restartPolicy"] = json!(restart_policy);
+    spec
 }
 
 /// A replica spec of one `tensorflow` container; `run_seconds` makes
@@ -203,34 +391,54 @@ pub async fn wait_for_condition(cluster: &TestCluster, name: &str, type_: &str) 
     status(cluster, name).await
 }
 
-/// Pods of job `name`, by name with their UIDs, sorted.
-pub async fn job_pods(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
-    let list = pods(cluster)
+/// Children of job `name` in `api` (by its `job-name` label), by name with
+/// their UIDs, sorted.
+async fn children<K>(api: Api<K>, name: &str) -> Vec<(String, String)>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api
         .list(&ListParams::default().labels(&format!("job-name={name}")))
         .await
         .unwrap();
     let mut out: Vec<(String, String)> = list
         .items
-        .into_iter()
-        .map(|p| (p.metadata.name.unwrap(), p.metadata.uid.unwrap()))
+        .iter()
+        .map(|child| {
+            let meta = child.meta();
+            (
+                meta.name.clone().unwrap_or_default(),
+                meta.uid.clone().unwrap_or_default(),
+            )
+        })
         .collect();
     out.sort();
     out
 }
 
+/// Pods of job `name`, by name with their UIDs, sorted.
+pub async fn job_pods(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
+    children(pods(cluster), name).await
+}
+
 /// Services of job `name`, by name with their UIDs, sorted.
 pub async fn job_services(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
-    let list = services(cluster)
-        .list(&ListParams::default().labels(&format!("job-name={name}")))
-        .await
-        .unwrap();
-    let mut out: Vec<(String, String)> = list
-        .items
-        .into_iter()
-        .map(|s| (s.metadata.name.unwrap(), s.metadata.uid.unwrap()))
-        .collect();
-    out.sort();
-    out
+    children(services(cluster), name).await
+}
+
+/// A job's conditions as (type, status, reason), in list order.
+pub fn condition_triples(status: &JobStatus) -> Vec<(String, String, String)> {
+    status
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// How many Events about the job have `reason` (series count included).

@@ -1,5 +1,6 @@
 //! The end-to-end scenarios of issue 15 (report 4: 8, 11, 12, 30, 31, 53-56
-//! on a live API server).
+//! on a live API server), on both lanes: kube-sim by default, the real
+//! control plane with `GPUFLEET_TEST_CLUSTER=real` (one test at a time).
 
 use kube::api::DeleteParams;
 use serde_json::json;
@@ -42,12 +43,18 @@ async fn a_dist_mnist_job_with_2_ps_and_4_workers_goes_created_running_succeeded
     let worker = pods(&cluster).get("dist-mnist-worker-1").await.unwrap();
     let env = worker.spec.unwrap().containers[0].env.clone().unwrap();
     let tf_config = env.iter().find(|e| e.name == "TF_CONFIG").unwrap();
-    assert_eq!(
-        tf_config.value.as_deref(),
-        Some(
-            r#"{"cluster":{"ps":["dist-mnist-ps-0.dist-mnist.svc:2222","dist-mnist-ps-1.dist-mnist.svc:2222"],"worker":["dist-mnist-worker-0.dist-mnist.svc:2222","dist-mnist-worker-1.dist-mnist.svc:2222","dist-mnist-worker-2.dist-mnist.svc:2222","dist-mnist-worker-3.dist-mnist.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"}"#
-        )
+    let ns = &cluster.namespace;
+    let address = |task: &str| format!("\"dist-mnist-{task}.{ns}.svc:2222\"");
+    let expected = format!(
+        r#"{{"cluster":{{"ps":[{},{}],"worker":[{},{},{},{}]}},"task":{{"type":"worker","index":1}},"environment":"cloud"}}"#,
+        address("ps-0"),
+        address("ps-1"),
+        address("worker-0"),
+        address("worker-1"),
+        address("worker-2"),
+        address("worker-3"),
     );
+    assert_eq!(tf_config.value.as_deref(), Some(expected.as_str()));
 
     let status = wait_for_condition(&cluster, "dist-mnist", "Succeeded").await;
     let types: Vec<(&str, &str)> = status
@@ -99,8 +106,11 @@ async fn a_job_with_a_chief_succeeds_when_the_chief_does() {
     let status = wait_for_condition(&cluster, "chief-job", "Succeeded").await;
     assert_eq!(status.conditions.last().unwrap().type_, "Succeeded");
     assert_eq!(
-        status.conditions.last().unwrap().message.as_deref(),
-        Some("TFJob chief/chief-job successfully completed.")
+        status.conditions.last().unwrap().message,
+        Some(format!(
+            "TFJob {}/chief-job successfully completed.",
+            cluster.namespace
+        ))
     );
     let chief = pods(&cluster).get("chief-job-chief-0").await.unwrap();
     assert_eq!(chief.metadata.labels.unwrap()["job-role"], "master");
@@ -306,5 +316,30 @@ async fn an_orphan_pod_with_the_job_labels_is_adopted_and_a_deleted_service_is_r
             .is_some_and(|s| s.metadata.uid != before)
     })
     .await;
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_leader_election_the_operator_runs_jobs_and_takes_no_lease() {
+    let cluster = test_cluster("no-election").await;
+    let operator = start_operator_with(&cluster, |config| config.leader_election = false).await;
+    create_job(
+        &cluster,
+        "solo",
+        json!({"tfReplicaSpecs": {"Worker": replica(1, Some("1"), 0)}}),
+    )
+    .await;
+    wait_for_condition(&cluster, "solo", "Succeeded").await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::all(cluster.client.clone());
+    let ours = leases
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|lease| lease.metadata.name.as_deref() == Some(cluster.namespace.as_str()))
+        .count();
+    assert_eq!(ours, 0, "no Lease named after the test's operator");
     operator.stop().await;
 }

@@ -1,0 +1,657 @@
+//! The policies of report 2.12 to 2.18 with the fixes of 2.22 and 5.3.
+
+use std::time::Duration;
+
+use super::*;
+use crate::api::RunPolicy;
+
+fn at(seconds: i64) -> jiff::Timestamp {
+    now()
+        .checked_add(jiff::SignedDuration::from_secs(seconds))
+        .unwrap()
+}
+
+fn run_at(job: &TFJob, pods: &[Pod], services: &[Service], when: jiff::Timestamp) -> Plan {
+    let pods: Vec<&Pod> = pods.iter().collect();
+    let services: Vec<&Service> = services.iter().collect();
+    plan(&object(job), &pods, &services, when, &PlanConfig::default())
+}
+
+/// `job` whose status is `plan`'s.
+fn next(job: &TFJob, plan: &Plan) -> TFJob {
+    let mut job = job.clone();
+    job.status = Some(plan.status.clone());
+    job
+}
+
+fn with_run_policy(mut job: TFJob, run: RunPolicy) -> TFJob {
+    job.spec.run_policy = Some(run);
+    job
+}
+
+fn with_uid(mut pod: Pod, uid: &str) -> Pod {
+    pod.metadata.uid = Some(uid.to_string());
+    pod
+}
+
+fn with_restarts(mut pod: Pod, restarts: i32) -> Pod {
+    let status = pod.status.get_or_insert_with(Default::default);
+    status.container_statuses = Some(vec![ContainerStatus {
+        name: "tensorflow".into(),
+        restart_count: restarts,
+        ..ContainerStatus::default()
+    }]);
+    pod
+}
+
+fn failures(plan: &Plan) -> i32 {
+    plan.status.backoff.as_ref().map_or(0, |b| b.failures)
+}
+
+fn deleted_services(plan: &Plan) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            ChildAction::DeleteService { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+// --- Per-index outcomes -------------------------------------------------------
+
+#[test]
+fn a_replica_that_succeeded_is_never_re_run_after_its_pod_disappeared() {
+    // Report 4.60 (upstream #1186): the pod of worker 0 is garbage
+    // collected after success; the job goes on without re-running it.
+    let mut all_workers = job(&[("Worker", 2, None), ("PS", 1, None)]);
+    all_workers.spec.success_policy = Some("AllWorkers".into());
+    let job = after_first_pass(&all_workers);
+    let first = run(
+        &job,
+        &pods_of(
+            &job,
+            &[
+                ("Worker", 0, "Succeeded", Some(0)),
+                ("Worker", 1, "Running", None),
+                ("PS", 0, "Running", None),
+            ],
+        ),
+        &all_services(&job),
+    );
+    let job = next(&job, &first);
+    assert_eq!(
+        job.status.as_ref().unwrap().replica_statuses["Worker"]
+            .succeeded_indexes
+            .as_deref(),
+        Some("0")
+    );
+    let after_gc = run(
+        &job,
+        &pods_of(
+            &job,
+            &[("Worker", 1, "Running", None), ("PS", 0, "Running", None)],
+        ),
+        &all_services(&job),
+    );
+    assert_eq!(created_pods(&after_gc), Vec::<String>::new());
+    assert_eq!(after_gc.status.replica_statuses["Worker"].succeeded, 1);
+}
+
+// --- Restart policies ---------------------------------------------------------
+
+#[test]
+fn an_exit_code_137_pod_is_re_created_and_its_failure_counted_once_per_pod_uid() {
+    let job = after_first_pass(&job(&[("Worker", 1, Some(RestartPolicy::ExitCode))]));
+    let failed = pods_of(&job, &[("Worker", 0, "Failed", Some(137))]);
+    let first = run(&job, &failed, &all_services(&job));
+    assert_eq!(deleted_pods(&first), ["test-tfjob-worker-0"]);
+    assert_eq!(failures(&first), 1);
+    assert_eq!(last_condition(&first.status).type_, "Restarting");
+    // The same pod seen again (the delete not yet observed): not recounted.
+    let job = next(&job, &first);
+    let again = run(&job, &failed, &all_services(&job));
+    assert_eq!(failures(&again), 1);
+    // Its successor failing is a new UID: counted.
+    let successor = vec![with_uid(failed[0].clone(), "pod-worker-0-b")];
+    let job = next(&job, &again);
+    let third = run_at(&job, &successor, &all_services(&job), at(60));
+    assert_eq!(failures(&third), 2);
+}
+
+#[test]
+fn a_failed_pod_under_on_failure_is_re_created_and_the_job_keeps_going() {
+    // Upstream #999: a pod Failed under OnFailure failed the whole job.
+    let job = after_first_pass(&job(&[("Worker", 2, Some(RestartPolicy::OnFailure))]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Failed", Some(1)),
+            ("Worker", 1, "Running", None),
+        ],
+    );
+    let plan = run(&job, &pods, &all_services(&job));
+    assert_eq!(deleted_pods(&plan), ["test-tfjob-worker-0"]);
+    assert!(!true_conditions(&plan.status).contains(&"Failed"));
+    assert_eq!(last_condition(&plan.status).type_, "Restarting");
+}
+
+#[test]
+fn an_evicted_pod_is_re_created_at_once_without_counting_a_failure() {
+    let job = after_first_pass(&job(&[("Worker", 1, Some(RestartPolicy::Never))]));
+    let mut evicted = pod(&job, "Worker", 0, "Failed", Some(137));
+    evicted.status.as_mut().unwrap().reason = Some("Evicted".into());
+    let first = run(&job, &[evicted], &all_services(&job));
+    assert_eq!(deleted_pods(&first), ["test-tfjob-worker-0"]);
+    assert_eq!(failures(&first), 0);
+    assert!(!true_conditions(&first.status).contains(&"Failed"));
+    // Gone: re-created in the next pass, no backoff wait.
+    let job = next(&job, &first);
+    let second = run(&job, &[], &all_services(&job));
+    assert_eq!(created_pods(&second), ["test-tfjob-worker-0"]);
+}
+
+// --- backoffLimit and pacing --------------------------------------------------
+
+#[test]
+fn re_creation_after_a_counted_failure_waits_10_seconds_and_the_plan_wakes_exactly_then() {
+    let job = after_first_pass(&job(&[("Worker", 1, Some(RestartPolicy::ExitCode))]));
+    let failed = pods_of(&job, &[("Worker", 0, "Failed", Some(137))]);
+    let first = run(&job, &failed, &all_services(&job));
+    let job = next(&job, &first);
+    let early = run_at(&job, &[], &all_services(&job), at(4));
+    assert_eq!(created_pods(&early), Vec::<String>::new());
+    assert_eq!(early.requeue_after, Some(Duration::from_secs(6)));
+    let due = run_at(&job, &[], &all_services(&job), at(10));
+    assert_eq!(created_pods(&due), ["test-tfjob-worker-0"]);
+}
+
+#[test]
+fn backoff_limit_2_fails_the_job_on_the_third_counted_failure_with_the_upstream_message() {
+    let base = with_run_policy(
+        job(&[("Worker", 1, Some(RestartPolicy::ExitCode))]),
+        RunPolicy {
+            backoff_limit: Some(2),
+            clean_pod_policy: Some(CleanPodPolicy::All),
+            ..RunPolicy::default()
+        },
+    );
+    let mut job = after_first_pass(&base);
+    for (attempt, uid) in ["a", "b", "c"].iter().enumerate() {
+        let failed = vec![with_uid(
+            pod(&job, "Worker", 0, "Failed", Some(137)),
+            &format!("pod-{uid}"),
+        )];
+        let when = at(1000 * i64::try_from(attempt).unwrap());
+        let plan = run_at(&job, &failed, &all_services(&job), when);
+        let failed_now = true_conditions(&plan.status).contains(&"Failed");
+        assert_eq!(failed_now, attempt == 2, "failure {}", attempt + 1);
+        if failed_now {
+            let last = last_condition(&plan.status);
+            assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+            assert_eq!(
+                last.message.as_deref(),
+                Some(
+                    "Job test-tfjob has failed because it has reached the specified backoff limit"
+                )
+            );
+            // cleanPodPolicy All in the same pass: the pod and its Service.
+            assert_eq!(deleted_pods(&plan), ["test-tfjob-worker-0"]);
+            assert_eq!(deleted_services(&plan), ["test-tfjob-worker-0"]);
+        }
+        job = next(&job, &plan);
+    }
+}
+
+#[test]
+fn container_restarts_count_towards_the_backoff_limit_once_per_pod_and_ps_restarts_too() {
+    // Report 4.45 with batch/v1 semantics: the limit is the number of
+    // retries allowed, so 4 restarts under backoffLimit 4 are not past it
+    // (upstream: >=), a fifth is.
+    let base = with_run_policy(
+        job(&[
+            ("Worker", 4, Some(RestartPolicy::OnFailure)),
+            ("PS", 2, None),
+        ]),
+        RunPolicy {
+            backoff_limit: Some(4),
+            ..RunPolicy::default()
+        },
+    );
+    let job = after_first_pass(&base);
+    let running = |restarts: [i32; 4]| -> Vec<Pod> {
+        let mut pods: Vec<Pod> = (0..4)
+            .map(|i| {
+                with_restarts(
+                    pod(&job, "Worker", i, "Running", None),
+                    restarts[usize::try_from(i).unwrap()],
+                )
+            })
+            .collect();
+        pods.extend(pods_of(
+            &job,
+            &[("PS", 0, "Running", None), ("PS", 1, "Running", None)],
+        ));
+        pods
+    };
+    let four = run(&job, &running([1, 1, 1, 1]), &all_services(&job));
+    assert_eq!(failures(&four), 4);
+    assert!(!true_conditions(&four.status).contains(&"Failed"));
+    let job = next(&job, &four);
+    // The same restarts observed again count nothing new.
+    let same = run(&job, &running([1, 1, 1, 1]), &all_services(&job));
+    assert_eq!(failures(&same), 4);
+    let fifth = run(&job, &running([2, 1, 1, 1]), &all_services(&job));
+    assert_eq!(failures(&fifth), 5);
+    assert_eq!(last_condition(&fifth.status).type_, "Failed");
+    assert_eq!(deleted_pods(&fifth).len(), 6, "cleanPodPolicy Running");
+}
+
+#[test]
+fn backoff_limit_0_with_no_restarts_is_not_past_the_limit() {
+    let base = with_run_policy(
+        job(&[("Worker", 1, Some(RestartPolicy::OnFailure))]),
+        RunPolicy {
+            backoff_limit: Some(0),
+            ..RunPolicy::default()
+        },
+    );
+    let job = after_first_pass(&base);
+    let plan = run(
+        &job,
+        &pods_of(&job, &[("Worker", 0, "Running", None)]),
+        &all_services(&job),
+    );
+    assert_eq!(last_condition(&plan.status).type_, "Running");
+    assert_eq!(plan.status.backoff, None);
+}
+
+// --- activeDeadlineSeconds ----------------------------------------------------
+
+#[test]
+fn past_its_deadline_a_job_fails_with_the_upstream_message_and_all_pods_go_with_policy_all() {
+    // Report 4.44.
+    let base = with_run_policy(
+        dist_mnist(),
+        RunPolicy {
+            active_deadline_seconds: Some(2),
+            clean_pod_policy: Some(CleanPodPolicy::All),
+            ..RunPolicy::default()
+        },
+    );
+    let job = after_first_pass(&base);
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Running", None),
+            ("Worker", 1, "Running", None),
+            ("Worker", 2, "Running", None),
+            ("Worker", 3, "Running", None),
+            ("PS", 0, "Running", None),
+            ("PS", 1, "Running", None),
+        ],
+    );
+    let fresh = run_at(&job, &pods, &all_services(&job), at(1));
+    assert!(!true_conditions(&fresh.status).contains(&"Failed"));
+    assert_eq!(
+        fresh.requeue_after,
+        Some(Duration::from_secs(1)),
+        "woken at the deadline"
+    );
+    let late = run_at(&job, &pods, &all_services(&job), at(2));
+    let last = last_condition(&late.status);
+    assert_eq!(last.type_, "Failed");
+    assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+    assert_eq!(
+        last.message.as_deref(),
+        Some("Job test-tfjob has failed because it was active longer than specified deadline")
+    );
+    assert_eq!(deleted_pods(&late).len(), 6);
+    assert_eq!(deleted_services(&late).len(), 6);
+}
+
+#[test]
+fn a_deadline_of_0_is_already_past_and_without_a_deadline_nothing_is_deleted() {
+    let zero = after_first_pass(&with_run_policy(
+        job(&[("Worker", 1, None)]),
+        RunPolicy {
+            active_deadline_seconds: Some(0),
+            ..RunPolicy::default()
+        },
+    ));
+    let pods = pods_of(&zero, &[("Worker", 0, "Running", None)]);
+    let plan = run(&zero, &pods, &all_services(&zero));
+    assert_eq!(last_condition(&plan.status).type_, "Failed");
+    let none = after_first_pass(&job(&[("Worker", 1, None)]));
+    let plan = run_at(&none, &pods, &all_services(&none), at(100_000));
+    assert_eq!(deleted_pods(&plan), Vec::<String>::new());
+    assert_eq!(plan.requeue_after, None);
+}
+
+#[test]
+fn a_deadline_failure_wins_over_a_success_seen_in_the_same_pass() {
+    let job = after_first_pass(&with_run_policy(
+        job(&[("Worker", 1, None)]),
+        RunPolicy {
+            active_deadline_seconds: Some(5),
+            ..RunPolicy::default()
+        },
+    ));
+    let pods = pods_of(&job, &[("Worker", 0, "Succeeded", Some(0))]);
+    let plan = run_at(&job, &pods, &all_services(&job), at(6));
+    assert_eq!(true_conditions(&plan.status), ["Created", "Failed"]);
+}
+
+// --- ttlSecondsAfterFinished ---------------------------------------------------
+
+#[test]
+fn a_finished_job_waits_for_its_ttl_without_passes_and_is_deleted_in_the_background_then() {
+    // Report 4.46 and 4.61: one wake-up at completionTime + ttl, no
+    // re-queue loop before it (upstream #965).
+    let base = with_run_policy(
+        job(&[("Worker", 1, None)]),
+        RunPolicy {
+            ttl_seconds_after_finished: Some(30),
+            ..RunPolicy::default()
+        },
+    );
+    let job = after_first_pass(&base);
+    let pods = pods_of(&job, &[("Worker", 0, "Succeeded", Some(0))]);
+    let done = run(&job, &pods, &all_services(&job));
+    assert_eq!(last_condition(&done.status).type_, "Succeeded");
+    assert_eq!(done.requeue_after, Some(Duration::from_secs(30)));
+    let job = next(&job, &done);
+    let waiting = run_at(&job, &pods, &[], at(20));
+    assert_eq!(waiting.requeue_after, Some(Duration::from_secs(10)));
+    assert!(!waiting.status_changed);
+    assert!(waiting.actions.is_empty());
+    let expired = run_at(&job, &pods, &[], at(30));
+    assert_eq!(
+        expired.actions,
+        [ChildAction::DeleteJob {
+            name: "test-tfjob".into(),
+            uid: Some("uid-1".into())
+        }]
+    );
+}
+
+#[test]
+fn ttl_0_deletes_a_job_whose_completion_time_has_passed() {
+    let base = with_run_policy(
+        job(&[("Worker", 1, None)]),
+        RunPolicy {
+            ttl_seconds_after_finished: Some(0),
+            ..RunPolicy::default()
+        },
+    );
+    let job = after_first_pass(&base);
+    let done = run(
+        &job,
+        &pods_of(&job, &[("Worker", 0, "Failed", Some(1))]),
+        &all_services(&job),
+    );
+    assert!(
+        done.actions
+            .iter()
+            .any(|a| matches!(a, ChildAction::DeleteJob { .. }))
+    );
+}
+
+// --- cleanPodPolicy -------------------------------------------------------------
+
+#[test]
+fn clean_pod_policy_running_also_removes_the_services_of_pods_that_vanished_earlier() {
+    // Upstream deleted Services only by the name of a pod it deleted (#1191).
+    let job = after_first_pass(&job(&[("Worker", 2, None), ("PS", 1, None)]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Succeeded", Some(0)),
+            ("PS", 0, "Running", None),
+        ],
+    );
+    let plan = run(&job, &pods, &all_services(&job));
+    assert_eq!(last_condition(&plan.status).type_, "Succeeded");
+    assert_eq!(deleted_pods(&plan), ["test-tfjob-ps-0"]);
+    let mut services = deleted_services(&plan);
+    services.sort();
+    assert_eq!(services, ["test-tfjob-ps-0", "test-tfjob-worker-1"]);
+}
+
+#[test]
+fn clean_pod_policy_none_keeps_every_pod_and_service() {
+    let job = after_first_pass(&with_run_policy(
+        job(&[("Worker", 1, None), ("PS", 1, None)]),
+        RunPolicy {
+            clean_pod_policy: Some(CleanPodPolicy::None),
+            ..RunPolicy::default()
+        },
+    ));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Succeeded", Some(0)),
+            ("PS", 0, "Running", None),
+        ],
+    );
+    let plan = run(&job, &pods, &all_services(&job));
+    assert_eq!(last_condition(&plan.status).type_, "Succeeded");
+    assert!(deleted_pods(&plan).is_empty() && deleted_services(&plan).is_empty());
+}
+
+#[test]
+fn the_default_clean_pod_policy_is_the_operators_setting() {
+    let job = after_first_pass(&job(&[("Worker", 1, None), ("PS", 1, None)]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Succeeded", Some(0)),
+            ("PS", 0, "Running", None),
+        ],
+    );
+    let pod_refs: Vec<&Pod> = pods.iter().collect();
+    let services = all_services(&job);
+    let service_refs: Vec<&Service> = services.iter().collect();
+    let config = PlanConfig {
+        default_clean_pod_policy: CleanPodPolicy::None,
+        ..PlanConfig::default()
+    };
+    let plan = plan(&object(&job), &pod_refs, &service_refs, now(), &config);
+    assert!(deleted_pods(&plan).is_empty());
+}
+
+// --- Success ----------------------------------------------------------------------
+
+#[test]
+fn running_ps_and_evaluator_replicas_never_block_success() {
+    let job = after_first_pass(&job(&[
+        ("Worker", 2, None),
+        ("PS", 1, None),
+        ("Evaluator", 1, None),
+    ]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Succeeded", Some(0)),
+            ("Worker", 1, "Succeeded", Some(0)),
+            ("PS", 0, "Running", None),
+            ("Evaluator", 0, "Running", None),
+        ],
+    );
+    let plan = run(&job, &pods, &all_services(&job));
+    assert_eq!(true_conditions(&plan.status), ["Created", "Succeeded"]);
+}
+
+// --- Suspend, managedBy -------------------------------------------------------------
+
+fn suspended(job: TFJob, suspend: bool) -> TFJob {
+    let mut run = job.spec.run_policy.clone().unwrap_or_default();
+    run.suspend = Some(suspend);
+    with_run_policy(job, run)
+}
+
+#[test]
+fn a_tfjob_created_suspended_creates_no_pod_or_service_and_is_suspended() {
+    // Report 4.49.
+    let plan = run(&suspended(dist_mnist(), true), &[], &[]);
+    assert!(created_pods(&plan).is_empty() && created_services(&plan).is_empty());
+    let last = last_condition(&plan.status);
+    assert_eq!(last.type_, "Suspended");
+    assert_eq!(last.reason.as_deref(), Some("TFJobSuspended"));
+    assert_eq!(
+        last.message.as_deref(),
+        Some("TFJob test-tfjob is suspended.")
+    );
+    assert_eq!(plan.status.start_time, None);
+    assert_eq!(plan.requeue_after, None);
+}
+
+#[test]
+fn suspending_a_running_job_deletes_its_pods_and_resuming_resets_start_time_and_recreates_them() {
+    // Report 4.50.
+    let job = after_first_pass(&job(&[("Worker", 2, None)]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Running", None),
+            ("Worker", 1, "Running", None),
+        ],
+    );
+    let running = run(&job, &pods, &all_services(&job));
+    assert_eq!(last_condition(&running.status).type_, "Running");
+    let job = suspended(next(&job, &running), true);
+    let pause = run_at(&job, &pods, &all_services(&job), at(5));
+    assert_eq!(deleted_pods(&pause).len(), 2);
+    assert_eq!(deleted_services(&pause).len(), 2);
+    let status = |plan: &Plan, type_: &str| {
+        plan.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    };
+    assert_eq!(status(&pause, "Running").as_deref(), Some("False"));
+    assert_eq!(status(&pause, "Suspended").as_deref(), Some("True"));
+    assert_eq!(pause.status.replica_statuses["Worker"].active, 0);
+
+    let job = suspended(next(&job, &pause), false);
+    let resume = run_at(&job, &[], &[], at(60));
+    assert_eq!(status(&resume, "Suspended").as_deref(), Some("False"));
+    let resumed = resume
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Suspended")
+        .unwrap();
+    assert_eq!(resumed.reason.as_deref(), Some("TFJobResumed"));
+    assert_eq!(resume.status.start_time, Some(Time(at(60))));
+    assert_eq!(created_pods(&resume).len(), 2);
+    assert!(resume.events.iter().any(|e| e.reason == "TFJobResumed"));
+}
+
+#[test]
+fn a_job_managed_by_another_controller_is_never_reconciled() {
+    // Report 4.51.
+    let job = with_run_policy(
+        dist_mnist(),
+        RunPolicy {
+            managed_by: Some("kueue.x-k8s.io/multikueue".into()),
+            ..RunPolicy::default()
+        },
+    );
+    let plan = run(&job, &[], &[]);
+    assert!(plan.actions.is_empty() && plan.events.is_empty());
+    assert!(!plan.status_changed);
+    let ours = with_run_policy(
+        dist_mnist(),
+        RunPolicy {
+            managed_by: Some("kubeflow.org/training-operator".into()),
+            ..RunPolicy::default()
+        },
+    );
+    assert_eq!(created_pods(&run(&ours, &[], &[])).len(), 6);
+}
+
+// --- Gang scheduling --------------------------------------------------------------
+
+fn run_gang(job: &TFJob, group: Option<&gang::ObservedPodGroup>, when: jiff::Timestamp) -> Plan {
+    let config = PlanConfig {
+        gang: Some(gang::GangConfig {
+            scheduler_name: "volcano".into(),
+        }),
+        ..PlanConfig::default()
+    };
+    let services = all_services(job);
+    let service_refs: Vec<&Service> = services.iter().collect();
+    plan_with_pod_group(&object(job), &[], &service_refs, group, when, &config)
+}
+
+#[test]
+fn with_gang_scheduling_the_pod_group_comes_first_and_pods_only_once_it_is_admitted() {
+    let job = after_first_pass(&dist_mnist());
+    let first = run_gang(&job, None, now());
+    assert!(created_pods(&first).is_empty());
+    assert!(
+        first
+            .actions
+            .iter()
+            .any(|a| matches!(a, ChildAction::CreatePodGroup(_)))
+    );
+    let pending = gang::ObservedPodGroup {
+        uid: Some("pg-1".into()),
+        phase: Some("Pending".into()),
+        created: Some(now()),
+    };
+    assert!(created_pods(&run_gang(&job, Some(&pending), now())).is_empty());
+    let admitted = gang::ObservedPodGroup {
+        phase: Some("Inqueue".into()),
+        ..pending
+    };
+    let go = run_gang(&job, Some(&admitted), now());
+    assert_eq!(created_pods(&go).len(), 6, "the whole gang at once");
+    let ChildAction::CreatePod(pod) = &go
+        .actions
+        .iter()
+        .find(|a| matches!(a, ChildAction::CreatePod(_)))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        pod.spec.as_ref().unwrap().scheduler_name.as_deref(),
+        Some("volcano")
+    );
+}
+
+#[test]
+fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
+    let mut base = dist_mnist();
+    base.spec.run_policy = Some(RunPolicy {
+        scheduling_policy: Some(crate::api::SchedulingPolicy {
+            schedule_timeout_seconds: Some(60),
+            ..Default::default()
+        }),
+        ..RunPolicy::default()
+    });
+    let job = after_first_pass(&base);
+    let pending = gang::ObservedPodGroup {
+        uid: Some("pg-1".into()),
+        phase: Some("Pending".into()),
+        created: Some(now()),
+    };
+    let waiting = run_gang(&job, Some(&pending), at(30));
+    assert!(!true_conditions(&waiting.status).contains(&"Failed"));
+    assert_eq!(waiting.requeue_after, Some(Duration::from_secs(30)));
+    let late = run_gang(&job, Some(&pending), at(60));
+    let last = last_condition(&late.status);
+    assert_eq!(last.type_, "Failed");
+    assert_eq!(
+        last.message.as_deref(),
+        Some("Job test-tfjob has failed because its PodGroup was not admitted within 60 seconds")
+    );
+    assert!(
+        late.actions
+            .iter()
+            .any(|a| matches!(a, ChildAction::DeletePodGroup { .. }))
+    );
+}
