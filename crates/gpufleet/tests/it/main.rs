@@ -6,6 +6,7 @@ mod gpuid_run;
 mod helm_e2e;
 mod mokka_crds;
 mod mokka_render;
+mod mokka_run;
 mod sim_serve;
 mod support;
 mod tfjob_run;
