@@ -45,7 +45,7 @@ pub enum Command {
     Tfjob(Box<crate::commands::tfjob::TfjobArgs>),
     /// The Mokka simulated-GPU control plane (upstream's control-plane
     /// flags), or `mokka render`.
-    Mokka(crate::commands::mokka::MokkaArgs),
+    Mokka(Box<crate::commands::mokka::MokkaArgs>),
 }
 
 #[derive(Debug, Args)]

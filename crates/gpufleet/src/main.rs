@@ -70,13 +70,13 @@ fn main() -> std::process::ExitCode {
                 return Ok(commands::gpuid::run(args).await);
             }
             cli::Command::Tfjob(args) => commands::tfjob::main(*args).await,
-            cli::Command::Mokka(commands::mokka::MokkaArgs {
-                command: Some(commands::mokka::MokkaCommand::Render(args)),
-                ..
-            }) => {
-                return commands::mokka_render::run(&args);
-            }
-            cli::Command::Mokka(args) => commands::mokka::run(args.run).await,
+            cli::Command::Mokka(args) => match *args {
+                commands::mokka::MokkaArgs {
+                    command: Some(commands::mokka::MokkaCommand::Render(render)),
+                    ..
+                } => return commands::mokka_render::run(&render),
+                commands::mokka::MokkaArgs { run, .. } => commands::mokka::run(run).await,
+            },
         }
         .map(|()| std::process::ExitCode::SUCCESS)
     });

@@ -9,6 +9,7 @@ mod helm_e2e;
 mod logging;
 mod mokka_crds;
 mod mokka_render;
+mod mokka_run;
 mod sim_exec_rules;
 mod sim_serve;
 mod support;

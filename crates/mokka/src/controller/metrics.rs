@@ -118,6 +118,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Rack writes of one verb (`create`, `update`, `delete`).
+    pub fn rack_writes_with_verb(&self, verb: &str) -> u64 {
+        self.rack_writes
+            .get_or_create(&Self::label("verb", verb))
+            .get()
+    }
+
     /// Total rack writes (all verbs), for tests and benchmarks.
     pub fn rack_write_count(&self) -> u64 {
         ["create", "update", "delete"]

@@ -19,6 +19,44 @@ use crate::api::{SGPUInventory, SGPURack, SGPURackProfile};
 use crate::plan::catalog::CatalogNode;
 use crate::plan::rack::controller_owner;
 
+/// What makes an object's change relevant to planning: identity,
+/// generation (spec), deletion, finalizers and owners. Status-only writes
+/// (ours included) leave it unchanged, so they cause no work.
+fn fingerprint(meta: &kube::api::ObjectMeta) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.uid.hash(&mut hasher);
+    meta.generation.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    for owner in meta.owner_references.iter().flatten() {
+        (&owner.uid, &owner.name, &owner.kind, owner.controller).hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// Remembers fingerprints by name; `changed` is true for a new or changed
+/// object and for every delete.
+#[derive(Default)]
+struct Seen(Mutex<HashMap<String, u64>>);
+
+impl Seen {
+    fn changed<K: kube::Resource>(&self, event: &ObjectEvent<K>) -> bool {
+        let meta = event.object().meta();
+        let name = meta.name.clone().unwrap_or_default();
+        let mut seen = self.0.lock();
+        match event {
+            ObjectEvent::Applied(_) => {
+                seen.insert(name, fingerprint(meta)) != Some(fingerprint(meta))
+            }
+            ObjectEvent::Deleted(_) => {
+                seen.remove(&name);
+                true
+            }
+        }
+    }
+}
+
 /// Catalog and topology upkeep, attached once for the process lifetime.
 pub(crate) fn attach_process_handlers(context: &Arc<Context>) {
     let weak = Arc::downgrade(context);
@@ -83,9 +121,14 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
     // Inventories: the inventory and its status.
     {
         let queues = Arc::clone(queues);
+        let seen = Seen::default();
         let id = context
             .inventories
             .attach(Arc::new(move |event: &ObjectEvent<SGPUInventory>| {
+                // Status-only updates (our own writes) cause no work.
+                if !seen.changed(event) {
+                    return;
+                }
                 let name = event.object().metadata.name.clone().unwrap_or_default();
                 queues.inventory(&name);
                 queues.inventory_status(&name);
@@ -98,9 +141,13 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
     {
         let queues = Arc::clone(queues);
         let inventories = context.inventories.clone();
+        let seen = Seen::default();
         let id = context
             .profiles
             .attach(Arc::new(move |event: &ObjectEvent<SGPURackProfile>| {
+                if !seen.changed(event) {
+                    return;
+                }
                 let profile = event.object().metadata.name.clone().unwrap_or_default();
                 for inventory in inventories.state() {
                     if inventory

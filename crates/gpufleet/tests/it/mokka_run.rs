@@ -1,0 +1,210 @@
+//! `gpufleet mokka` as a process against a kube-sim over loopback: upstream
+//! flags, a refused configuration, /healthz, /readyz and /metrics, a rack
+//! created and a Node projected, and a clean stop on SIGTERM.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.1 GET: (status, body), `None` while nothing listens.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, response.split_once("\r\n\r\n")?.1.to_owned()))
+}
+
+async fn poll_http(port: u16, path: &str, accept: impl Fn(u16, &str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    while Instant::now() < deadline {
+        let path_owned = path.to_string();
+        if let Some((status, body)) =
+            tokio::task::spawn_blocking(move || http_get(port, &path_owned))
+                .await
+                .unwrap()
+        {
+            if accept(status, &body) {
+                return body;
+            }
+            last = Some((status, body));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{path} never answered as expected; last answer {last:?}");
+}
+
+/// Killed on drop; its stderr printed when the test failed.
+struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        if std::thread::panicking()
+            && let Some(mut pipe) = self.0.stderr.take()
+        {
+            let mut stderr = String::new();
+            let _ = pipe.read_to_string(&mut stderr);
+            eprintln!("gpufleet mokka stderr:\n{stderr}");
+        }
+    }
+}
+
+#[test]
+fn a_refused_configuration_names_the_flag_and_exits_before_contacting_a_cluster() {
+    let output = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(["mokka", "--workers", "0", "--kubeconfig", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--workers") && stderr.contains("workers and live Node GET timeout must be positive and status intervals non-negative"),
+        "{stderr}"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(["mokka"])
+        .env("MOKKA_LOG_LEVEL", "verbose")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("MOKKA_LOG_LEVEL"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_stops_on_sigterm() {
+    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    let client = sim.client();
+    for crd in mokka::crds() {
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&PostParams::default(), &crd)
+            .await
+            .unwrap();
+    }
+    let racks: Api<mokka::api::SGPURack> = Api::all(client.clone());
+    while racks.list(&ListParams::default()).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let profile =
+        mokka::api::SGPURackProfile::new("p", mokka::fixtures::example_profile_spec(1, 1));
+    Api::<mokka::api::SGPURackProfile>::all(client.clone())
+        .create(&PostParams::default(), &profile)
+        .await
+        .unwrap();
+    let node: Node = serde_json::from_value(
+        json!({"metadata": {"name": "node-a", "labels": {"mokka.nvidia.com/sgpu-node": "true"}}}),
+    )
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let inventory: mokka::api::SGPUInventory = serde_json::from_value(json!({
+        "apiVersion": "mokka.nvidia.com/v1alpha1", "kind": "SGPUInventory", "metadata": {"name": "inv"},
+        "spec": {"rackGroups": [{"id": "compute", "count": 1, "profileRef": {"name": "p"}}]}
+    }))
+    .unwrap();
+    Api::<mokka::api::SGPUInventory>::all(client.clone())
+        .create(&PostParams::default(), &inventory)
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
+    let port = free_port();
+    let mut controller = Controller(
+        Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+            .args([
+                "mokka",
+                "--leader-election-namespace",
+                "default",
+                "--status-debounce",
+                "0s",
+            ])
+            .env("MOKKA_CP_KUBECONFIG", &kubeconfig)
+            .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+            .env_remove("KUBECONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(
+        poll_http(port, "/healthz", |status, _| status == 200).await,
+        "ok\n"
+    );
+    let ready = poll_http(port, "/readyz", |status, _| status == 200).await;
+    assert!(ready.contains("leader"), "{ready}");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let node = nodes.get("node-a").await.unwrap();
+        if node
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("mokka.nvidia.com/sgpu-assigned")
+            .map(String::as_str)
+            == Some("true")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node-a was never projected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = poll_http(port, "/metrics", |status, body| {
+        status == 200 && body.contains(r#"mokka_rack_writes_total{verb="create"} 1"#)
+    })
+    .await;
+    assert!(
+        metrics
+            .contains(r#"leader_election_master_status{name="control-plane.mokka.nvidia.com"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"mokka_reconcile_total{controller="inventories"}"#),
+        "{metrics}"
+    );
+    // At least the one apply; a Node event that arrives before the cache
+    // holds our own write can cause a second, identical apply.
+    assert!(!metrics.contains("mokka_node_patches_total 0"), "{metrics}");
+    assert!(metrics.contains("mokka_node_patches_total"), "{metrics}");
+
+    let sent = Command::new("kill")
+        .args(["-TERM", &controller.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = controller.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}");
+}

@@ -1,0 +1,278 @@
+//! Upstream's KWOK scale contract (report 5.7) on kube-sim in the same
+//! process: the controller against N eligible Nodes in racks of 100 Nodes
+//! x 1 GPU. Measures the time from start to every Node projected (the
+//! inventory Programmed), the time to converge after a controller restart
+//! (with the rack writes and Node patches it made: expected zero), after
+//! one Node replaced (same name, new UID), after the inventory shrinks by
+//! 10 %, and the process RSS (kube-sim included).
+//!
+//! Run: `cargo bench -p mokka --bench controller_scale -- 1000 10000`
+//! (tiers as arguments; default 1000 and 10000).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use controller_kit::LeaderElectionConfig;
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use mokka::api::{SGPUInventory, SGPURack, SGPURackProfile};
+use mokka::controller::MokkaController;
+use mokka::plan::options::Options;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const NODES_PER_RACK: usize = 100;
+
+struct Replica {
+    controller: Arc<MokkaController>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(client: &kube::Client, identity: &str) -> Replica {
+    let controller =
+        Arc::new(MokkaController::new(client.clone(), Options::default()).expect("controller"));
+    let mut election = LeaderElectionConfig::new("mokka-system", "bench");
+    election.identity = identity.to_string();
+    election.lease_duration = Duration::from_secs(3);
+    election.renew_deadline = Duration::from_secs(2);
+    election.retry_period = Duration::from_millis(500);
+    let shutdown = CancellationToken::new();
+    let task = {
+        let (controller, shutdown) = (Arc::clone(&controller), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(error) = controller.run(election, shutdown).await {
+                eprintln!("controller failed: {error}");
+            }
+        })
+    };
+    Replica {
+        controller,
+        shutdown,
+        task,
+    }
+}
+
+impl Replica {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.task.await;
+    }
+
+    /// Leading, nothing queued, and still nothing queued 1 s later.
+    async fn idle(&self) {
+        loop {
+            if self.controller.leader_ready() && self.controller.queued_keys() == 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if self.controller.queued_keys() == 0 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| {
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+async fn programmed(inventories: &Api<SGPUInventory>, generation_at_least: i64) {
+    loop {
+        if let Ok(inventory) = inventories.get("bench").await
+            && let Some(status) = &inventory.status
+            && let Some(conditions) = &status.conditions
+            && conditions.iter().any(|c| {
+                c.type_ == "Programmed"
+                    && c.status == "True"
+                    && c.observed_generation.unwrap_or(0) >= generation_at_least
+            })
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn tier(nodes: usize) {
+    let racks = nodes / NODES_PER_RACK;
+    let sim = kube_sim::KubeSim::builder()
+        .kubelet(kube_sim::KubeletConfig::disabled())
+        .watch_history(nodes * 8)
+        .start()
+        .await
+        .expect("kube-sim");
+    let client = sim.client();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in mokka::crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("crd");
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "mokka-system"}})).unwrap(),
+        )
+        .await
+        .expect("namespace");
+    let profiles: Api<SGPURackProfile> = Api::all(client.clone());
+    let racks_api: Api<SGPURack> = Api::all(client.clone());
+    while racks_api.list(&ListParams::default()).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    profiles
+        .create(
+            &PostParams::default(),
+            &SGPURackProfile::new(
+                "bench",
+                mokka::fixtures::example_profile_spec(NODES_PER_RACK as i32, 1),
+            ),
+        )
+        .await
+        .expect("profile");
+    let node_api: Api<Node> = Api::all(client.clone());
+    let setup = Instant::now();
+    stream::iter(0..nodes)
+        .for_each_concurrent(32, |i| {
+            let node_api = node_api.clone();
+            async move {
+                let node: Node =
+                    serde_json::from_value(json!({"metadata": {"name": format!("node-{i:06}"),
+                    "labels": {"mokka.nvidia.com/sgpu-node": "true", "pool": "bench"}}}))
+                    .unwrap();
+                node_api
+                    .create(&PostParams::default(), &node)
+                    .await
+                    .expect("node");
+            }
+        })
+        .await;
+    let inventories: Api<SGPUInventory> = Api::all(client.clone());
+    let inventory: SGPUInventory = serde_json::from_value(json!({
+        "apiVersion": "mokka.nvidia.com/v1alpha1", "kind": "SGPUInventory", "metadata": {"name": "bench"},
+        "spec": {"rackGroups": [{"id": "compute", "count": racks, "profileRef": {"name": "bench"},
+            "placement": {"nodeSelector": {"matchLabels": {"pool": "bench"}}}}]}
+    }))
+    .unwrap();
+    inventories
+        .create(&PostParams::default(), &inventory)
+        .await
+        .expect("inventory");
+    let setup = setup.elapsed();
+
+    // 1. Start to every Node projected.
+    let started = Instant::now();
+    let first = start(&client, "bench-a").await;
+    programmed(&inventories, 1).await;
+    let projected = started.elapsed();
+    first.idle().await;
+    let first_patches = first.controller.metrics().node_patches.get();
+    first.stop().await;
+
+    // 2. Restart with unchanged assignments.
+    let started = Instant::now();
+    let second = start(&client, "bench-b").await;
+    second.idle().await;
+    let restart = started.elapsed() - Duration::from_secs(1);
+    let restart_rack_writes = second.controller.metrics().rack_write_count();
+    let restart_patches = second.controller.metrics().node_patches.get();
+
+    // 3. One Node replaced: same name, new UID.
+    node_api
+        .delete("node-000000", &DeleteParams::default())
+        .await
+        .expect("delete node");
+    let started = Instant::now();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "node-000000",
+        "labels": {"mokka.nvidia.com/sgpu-node": "true", "pool": "bench"}}}))
+    .unwrap();
+    let replacement = node_api
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("replacement");
+    let uid = replacement.metadata.uid.clone().unwrap_or_default();
+    loop {
+        let node = node_api.get("node-000000").await.expect("get");
+        let annotation = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("mokka.nvidia.com/sgpu-assignment"))
+            .cloned()
+            .unwrap_or_default();
+        if annotation.contains(&uid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let replaced = started.elapsed();
+
+    // 4. The inventory shrinks by 10 %.
+    let shrunk = racks - racks / 10;
+    let deletes_before = second.controller.metrics().rack_writes_with_verb("delete");
+    let started = Instant::now();
+    let patch = json!({"spec": {"rackGroups": [{"id": "compute", "count": shrunk, "profileRef": {"name": "bench"},
+        "placement": {"nodeSelector": {"matchLabels": {"pool": "bench"}}}}]}});
+    let patched = inventories
+        .patch("bench", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("shrink");
+    let generation = patched.metadata.generation.unwrap_or(2);
+    while second.controller.metrics().rack_writes_with_verb("delete") - deletes_before
+        < (racks / 10) as u64
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    programmed(&inventories, generation).await;
+    let shrink = started.elapsed();
+    let rss = rss_mib();
+    second.stop().await;
+
+    println!(
+        "| {nodes} | {racks} | {:.1} s | {:.2} s ({first_patches} Node patches) | {:.2} s | {restart_rack_writes} | {restart_patches} | {:.2} s | {:.2} s | {rss:.0} MiB |",
+        setup.as_secs_f64(),
+        projected.as_secs_f64(),
+        restart.as_secs_f64(),
+        replaced.as_secs_f64(),
+        shrink.as_secs_f64(),
+    );
+}
+
+fn main() {
+    let tiers: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|arg| arg.parse().ok())
+        .collect();
+    let tiers = if tiers.is_empty() {
+        vec![1_000, 10_000]
+    } else {
+        tiers
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!(
+        "| Nodes | racks | setup (create Nodes) | start to all projected | restart converged | rack writes on restart | Node patches on restart | one Node replaced | shrink 10 % | RSS |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for nodes in tiers {
+        runtime.block_on(tier(nodes));
+    }
+}
