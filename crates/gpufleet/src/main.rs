@@ -5,7 +5,6 @@ mod commands;
 mod exec_rules;
 mod logging;
 mod sim;
-mod throttle;
 
 use clap::{CommandFactory, FromArgMatches};
 

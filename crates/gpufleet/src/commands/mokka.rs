@@ -378,14 +378,9 @@ async fn client(config: &Config) -> anyhow::Result<kube::Client> {
         http::header::USER_AGENT,
         http::HeaderValue::from_static("mokka-control-plane"),
     ));
-    let builder = kube::client::ClientBuilder::try_from(kube_config)
-        .context("building the Kubernetes client")?;
-    Ok(builder
-        .with_layer(&crate::throttle::ThrottleLayer {
-            qps: config.qps,
-            burst: config.burst,
-        })
-        .build())
+    // client-go's --kube-api-qps/--kube-api-burst: gpuid's token bucket.
+    gpuid::collect::client::rate_limited_client(kube_config, config.qps, config.burst)
+        .context("building the Kubernetes client")
 }
 
 /// Runs the control plane until SIGINT/SIGTERM.

@@ -3,8 +3,8 @@
 //! H100 capture; records on stdout, health on SERVER_PORT, SIGTERM; and
 //! the EXPORT_* knobs against an HTTP receiver that is down.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::Ipv4Addr;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -44,28 +44,7 @@ pub(crate) fn uuids(xml: &str) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port");
-    listener.local_addr().expect("local address").port()
-}
-
-/// A plain HTTP/1.1 GET; `None` while nothing listens.
-pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())?;
-    Some((status, body))
-}
+pub(crate) use crate::support::{free_port, http_get};
 
 pub(crate) fn poll_http(port: u16, path: &str, want: u16, timeout: Duration) -> String {
     poll_http_until(

@@ -2,9 +2,7 @@
 //! flags, a refused configuration, /healthz, /readyz and /metrics, a rack
 //! created and a Node projected, and a clean stop on SIGTERM.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
@@ -12,65 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A plain HTTP/1.1 GET: (status, body), `None` while nothing listens.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, response.split_once("\r\n\r\n")?.1.to_owned()))
-}
-
-async fn poll_http(port: u16, path: &str, accept: impl Fn(u16, &str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = None;
-    while Instant::now() < deadline {
-        let path_owned = path.to_string();
-        if let Some((status, body)) =
-            tokio::task::spawn_blocking(move || http_get(port, &path_owned))
-                .await
-                .unwrap()
-        {
-            if accept(status, &body) {
-                return body;
-            }
-            last = Some((status, body));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{path} never answered as expected; last answer {last:?}");
-}
-
-/// Killed on drop; its stderr printed when the test failed.
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        if std::thread::panicking()
-            && let Some(mut pipe) = self.0.stderr.take()
-        {
-            let mut stderr = String::new();
-            let _ = pipe.read_to_string(&mut stderr);
-            eprintln!("gpufleet mokka stderr:\n{stderr}");
-        }
-    }
-}
+use crate::support::{KilledOnDrop, free_port, poll_http};
 
 #[test]
 fn a_refused_configuration_names_the_flag_and_exits_before_contacting_a_cluster() {
@@ -135,8 +75,9 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let port = free_port();
-    let mut controller = Controller(
-        Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+    let mut controller = KilledOnDrop {
+        name: "gpufleet mokka",
+        child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
             .args([
                 "mokka",
                 "--leader-election-namespace",
@@ -151,7 +92,7 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
-    );
+    };
     assert_eq!(
         poll_http(port, "/healthz", |status, _| status == 200).await,
         "ok\n"
@@ -175,8 +116,16 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_
         assert!(Instant::now() < deadline, "node-a was never projected");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The leader gauge and the counters are set by different tasks (a
+    // reconcile is counted when it ends, after its writes); wait until the
+    // page shows all of them.
     let metrics = poll_http(port, "/metrics", |status, body| {
-        status == 200 && body.contains(r#"mokka_rack_writes_total{verb="create"} 1"#)
+        status == 200
+            && body.contains(r#"mokka_rack_writes_total{verb="create"} 1"#)
+            && body.contains(
+                r#"leader_election_master_status{name="control-plane.mokka.nvidia.com"} 1"#,
+            )
+            && body.contains(r#"mokka_reconcile_total{controller="inventories"}"#)
     })
     .await;
     assert!(
@@ -194,13 +143,13 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_
     assert!(metrics.contains("mokka_node_patches_total"), "{metrics}");
 
     let sent = Command::new("kill")
-        .args(["-TERM", &controller.0.id().to_string()])
+        .args(["-TERM", &controller.child.id().to_string()])
         .status()
         .unwrap();
     assert!(sent.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
-        if let Some(status) = controller.0.try_wait().unwrap() {
+        if let Some(status) = controller.child.try_wait().unwrap() {
             break status;
         }
         assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");

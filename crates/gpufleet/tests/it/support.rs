@@ -1,6 +1,7 @@
 //! Running the binary and kubectl from tests.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -138,4 +139,69 @@ pub fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, timeout: Duratio
         }
     }
     panic!("no line containing {needle:?} within {timeout:?}; saw {seen:?}");
+}
+
+/// A loopback port nothing listens on (yet).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// A plain HTTP/1.1 GET: (status, body), `None` while nothing listens.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_owned();
+    Some((status, body))
+}
+
+/// GETs `path` until `accept` takes the answer (30 s at most) and returns
+/// its body, from async tests.
+pub async fn poll_http(port: u16, path: &str, accept: impl Fn(u16, &str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    while Instant::now() < deadline {
+        let answer = tokio::task::spawn_blocking({
+            let path = path.to_string();
+            move || http_get(port, &path)
+        })
+        .await
+        .expect("the GET task ran");
+        if let Some((status, body)) = answer {
+            if accept(status, &body) {
+                return body;
+            }
+            last = Some((status, body));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{path} never answered as expected; last answer {last:?}");
+}
+
+/// A child process killed on drop, its stderr printed when the test failed.
+pub struct KilledOnDrop {
+    pub child: Child,
+    pub name: &'static str,
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking()
+            && let Some(mut pipe) = self.child.stderr.take()
+        {
+            let mut stderr = String::new();
+            let _ = pipe.read_to_string(&mut stderr);
+            eprintln!("{} stderr:\n{stderr}", self.name);
+        }
+    }
 }

@@ -1,9 +1,8 @@
 //! `gpufleet tfjob` as a process against a kube-sim over loopback: it
 //! serves health and metrics, runs a job to success, and stops on SIGTERM.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
@@ -11,64 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-/// A plain HTTP/1.1 GET; `None` while nothing listens.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1.to_owned();
-    Some((status, body))
-}
-
-async fn poll_http(port: u16, path: &str, accept: impl Fn(u16, &str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = None;
-    while Instant::now() < deadline {
-        let answer = tokio::task::spawn_blocking({
-            let path = path.to_string();
-            move || http_get(port, &path)
-        })
-        .await
-        .unwrap();
-        if let Some((status, body)) = answer {
-            if accept(status, &body) {
-                return body;
-            }
-            last = Some((status, body));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{path} never answered as expected; last answer {last:?}");
-}
-
-/// Killed on drop; its stderr printed when the test failed.
-struct Operator(Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        if std::thread::panicking()
-            && let Some(mut pipe) = self.0.stderr.take()
-        {
-            let mut stderr = String::new();
-            let _ = pipe.read_to_string(&mut stderr);
-            eprintln!("gpufleet tfjob stderr:\n{stderr}");
-        }
-    }
-}
+use crate::support::{KilledOnDrop, free_port, poll_http};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stops_on_sigterm() {
@@ -87,8 +29,9 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let port = free_port();
-    let mut operator = Operator(
-        Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+    let mut operator = KilledOnDrop {
+        name: "gpufleet tfjob",
+        child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
             // tf-operator's Go-style spelling, as an old Deployment has it.
             .args(["tfjob", "-kubeconfig"])
             .arg(&kubeconfig)
@@ -106,7 +49,7 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
-    );
+    };
     poll_http(port, "/healthz", |status, _| status == 200).await;
     poll_http(port, "/readyz", |status, _| status == 200).await;
 
@@ -144,13 +87,13 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
     assert_eq!(last.type_, "Succeeded");
 
     let sent = Command::new("kill")
-        .args(["-TERM", &operator.0.id().to_string()])
+        .args(["-TERM", &operator.child.id().to_string()])
         .status()
         .unwrap();
     assert!(sent.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
-        if let Some(status) = operator.0.try_wait().unwrap() {
+        if let Some(status) = operator.child.try_wait().unwrap() {
             break status;
         }
         assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");
@@ -159,7 +102,7 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
     assert!(status.success(), "{status:?}");
     // JSON log records of a pass carry the job's key and UID.
     let mut stderr = String::new();
-    if let Some(mut pipe) = operator.0.stderr.take() {
+    if let Some(mut pipe) = operator.child.stderr.take() {
         pipe.read_to_string(&mut stderr).unwrap();
     }
     let uid = jobs_uid.unwrap();
