@@ -27,7 +27,13 @@ async fn exit_code_137_restarts_the_replica_and_the_job_still_succeeds() {
     )
     .await;
     let restarting = wait_for_condition(&cluster, "retry", "Restarting").await;
-    let last = restarting.conditions.last().unwrap();
+    // Not the last condition: the re-created pod may already have made the
+    // job Running again by the time the status is read.
+    let last = restarting
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Restarting")
+        .unwrap();
     assert_eq!(last.reason.as_deref(), Some("TFJobRestarting"));
     assert_eq!(
         last.message.as_deref(),
