@@ -381,14 +381,22 @@ pub fn true_types(status: &JobStatus) -> Vec<String> {
 }
 
 /// Waits until the job has a True condition of `type_`.
+/// The first status read in which condition `type_` is true: that status
+/// itself, not a later read (a passing condition such as Restarting may be
+/// gone again by then).
 pub async fn wait_for_condition(cluster: &TestCluster, name: &str, type_: &str) -> JobStatus {
+    let seen = std::sync::Mutex::new(None);
     eventually(&format!("{name} is {type_}"), || async {
-        true_types(&status(cluster, name).await)
-            .iter()
-            .any(|t| t == type_)
+        let current = status(cluster, name).await;
+        let matched = true_types(&current).iter().any(|t| t == type_);
+        if matched {
+            *seen.lock().unwrap() = Some(current);
+        }
+        matched
     })
     .await;
-    status(cluster, name).await
+    let matched = seen.lock().unwrap().take();
+    matched.expect("eventually returned after a matching status")
 }
 
 /// Children of job `name` in `api` (by its `job-name` label), by name with
