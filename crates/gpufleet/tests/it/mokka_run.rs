@@ -142,18 +142,6 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_
     assert!(!metrics.contains("mokka_node_patches_total 0"), "{metrics}");
     assert!(metrics.contains("mokka_node_patches_total"), "{metrics}");
 
-    let sent = Command::new("kill")
-        .args(["-TERM", &controller.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = controller.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = controller.terminate().await;
     assert!(status.success(), "{status:?}");
 }

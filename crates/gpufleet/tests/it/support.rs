@@ -192,6 +192,25 @@ pub struct KilledOnDrop {
     pub name: &'static str,
 }
 
+impl KilledOnDrop {
+    /// Sends SIGTERM and waits (20 s at most) for the exit status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the child can be waited for") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 impl Drop for KilledOnDrop {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -3,7 +3,6 @@
 
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -86,19 +85,7 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
     let last = stored.status().conditions.pop().unwrap();
     assert_eq!(last.type_, "Succeeded");
 
-    let sent = Command::new("kill")
-        .args(["-TERM", &operator.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = operator.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = operator.terminate().await;
     assert!(status.success(), "{status:?}");
     // JSON log records of a pass carry the job's key and UID.
     let mut stderr = String::new();
