@@ -223,10 +223,12 @@ const EVENTS_V1_FIELDS: &[&str] = &[
 fn builtins() -> Vec<Builtin> {
     use NameRule::*;
     use StatusOnCreate::*;
+    use k8s_openapi::api::admissionregistration::v1 as admission;
     use k8s_openapi::api::apps::v1 as apps;
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::events::v1 as events;
+    use k8s_openapi::api::policy::v1 as policy;
     use k8s_openapi::api::rbac::v1 as rbac;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     // Workloads and RBAC are stored and served (so manifests apply and
@@ -399,6 +401,51 @@ fn builtins() -> Vec<Builtin> {
             name_rule: Subdomain,
             status_on_create: Keep,
             normalize: roundtrip::<coordination::Lease>,
+            extra_fields: &[],
+        },
+        // Stored and served so charts that ship them apply; kube-sim
+        // neither enforces a disruption budget nor evaluates an admission
+        // policy's CEL (docs/known-differences.yaml).
+        Builtin {
+            group: "policy",
+            version: "v1",
+            kind: "PodDisruptionBudget",
+            plural: "poddisruptionbudgets",
+            namespaced: true,
+            short_names: &["pdb"],
+            categories: &[],
+            status: true,
+            name_rule: Subdomain,
+            status_on_create: Drop,
+            normalize: roundtrip::<policy::PodDisruptionBudget>,
+            extra_fields: &[],
+        },
+        Builtin {
+            group: "admissionregistration.k8s.io",
+            version: "v1",
+            kind: "ValidatingAdmissionPolicy",
+            plural: "validatingadmissionpolicies",
+            namespaced: false,
+            short_names: &[],
+            categories: &["api-extensions"],
+            status: true,
+            name_rule: Subdomain,
+            status_on_create: Drop,
+            normalize: roundtrip::<admission::ValidatingAdmissionPolicy>,
+            extra_fields: &[],
+        },
+        Builtin {
+            group: "admissionregistration.k8s.io",
+            version: "v1",
+            kind: "ValidatingAdmissionPolicyBinding",
+            plural: "validatingadmissionpolicybindings",
+            namespaced: false,
+            short_names: &[],
+            categories: &["api-extensions"],
+            status: false,
+            name_rule: Subdomain,
+            status_on_create: Keep,
+            normalize: roundtrip::<admission::ValidatingAdmissionPolicyBinding>,
             extra_fields: &[],
         },
         Builtin {

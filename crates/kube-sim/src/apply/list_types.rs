@@ -259,6 +259,14 @@ impl ListTypes {
                 t.keyed("status.conditions", &["type"], Some("type"));
             }
             ("", "Event") => t.node_mut("involvedObject").atomic_map = true,
+            ("policy", "PodDisruptionBudget") => {
+                t.node_mut("spec.selector").atomic_map = true;
+                t.keyed("status.conditions", &["type"], Some("type"));
+            }
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+                t.keyed("status.conditions", &["type"], Some("type"));
+            }
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {}
             ("events.k8s.io", "Event") => t.node_mut("regarding").atomic_map = true,
             ("", "ConfigMap" | "Secret" | "Endpoints" | "LimitRange")
             | ("", "ResourceQuota" | "PersistentVolume")

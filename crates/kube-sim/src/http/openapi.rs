@@ -237,10 +237,12 @@ fn register_builtin(
     version: &str,
     kind: &str,
 ) -> Option<String> {
+    use k8s_openapi::api::admissionregistration::v1 as admission;
     use k8s_openapi::api::apps::v1 as apps;
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::events::v1 as events;
+    use k8s_openapi::api::policy::v1 as policy;
     use k8s_openapi::api::rbac::v1 as rbac;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     Some(match (group, version, kind) {
@@ -270,6 +272,15 @@ fn register_builtin(
         ("", "v1", "PersistentVolumeClaim") => register::<core::PersistentVolumeClaim>(generator),
         ("events.k8s.io", "v1", "Event") => register::<events::Event>(generator),
         ("coordination.k8s.io", "v1", "Lease") => register::<coordination::Lease>(generator),
+        ("policy", "v1", "PodDisruptionBudget") => {
+            register::<policy::PodDisruptionBudget>(generator)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => {
+            register::<admission::ValidatingAdmissionPolicy>(generator)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding") => {
+            register::<admission::ValidatingAdmissionPolicyBinding>(generator)
+        }
         (CRD_GROUP, "v1", "CustomResourceDefinition") => {
             register::<apiext::CustomResourceDefinition>(generator)
         }
