@@ -126,4 +126,10 @@ pub struct ServeArgs {
     /// found".
     #[arg(long, value_name = "FILE")]
     pub exec_rules: Option<PathBuf>,
+    /// Keep the store on disk in DIR (created when missing): a restart
+    /// resumes with the same objects, CRDs and resourceVersion, and every
+    /// acknowledged write survives kill -9. A directory holding anything
+    /// else is refused.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }

@@ -21,6 +21,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut builder = kube_sim::KubeSim::builder()
         .port(args.port)
         .watch_history(args.watch_history);
+    if let Some(dir) = &args.data_dir {
+        builder = builder.data_dir(dir);
+    }
     if let Some((path, rules)) = &rules {
         tracing::info!(file = %path.display(), rules = rules.read().len(), "exec rules loaded");
         let rules = Arc::clone(rules);

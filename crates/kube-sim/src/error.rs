@@ -270,6 +270,11 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// 503, as the real server answers while it cannot serve a request.
+    pub fn service_unavailable(message: impl Into<String>) -> Self {
+        Self::new(503, "ServiceUnavailable", message)
+    }
+
     /// A 500 the real server gives without a reason: a plain error from
     /// deep in a handler (server-side apply's typed conversion) rather than
     /// one of apimachinery's classified errors.

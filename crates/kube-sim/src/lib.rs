@@ -45,7 +45,7 @@ pub use error::ApiError;
 pub use http::faults::{Fault, FaultAction, FaultError, FaultStatus, Faults, Verb};
 pub use metrics::Metrics;
 pub use server::{Error, KubeSim, KubeSimBuilder, kubeconfig_yaml};
-pub use store::Stats;
+pub use store::{DATABASE_FILE, DataDirError, Stats};
 // exec + kubelet
 pub use exec::{ExecHandlers, ExecMatcher, ExecOutput, ExecRequest};
 pub use kubelet::KubeletConfig;

@@ -22,6 +22,8 @@ pub enum Error {
     },
     #[error("cannot read the bound address: {0}")]
     LocalAddr(std::io::Error),
+    #[error(transparent)]
+    DataDir(#[from] crate::store::DataDirError),
 }
 
 /// Configures a kube-sim instance before it starts.
@@ -30,6 +32,7 @@ pub struct KubeSimBuilder {
     config: StoreConfig,
     port: u16,
     default_namespace: String,
+    data_dir: Option<std::path::PathBuf>,
     // exec + kubelet
     exec_handlers: crate::exec::ExecHandlers,
     kubelet: crate::kubelet::KubeletConfig,
@@ -41,6 +44,7 @@ impl Default for KubeSimBuilder {
             config: StoreConfig::default(),
             port: 0,
             default_namespace: "default".into(),
+            data_dir: None,
             // exec + kubelet
             exec_handlers: Default::default(),
             kubelet: Default::default(),
@@ -65,6 +69,15 @@ impl KubeSimBuilder {
     /// How long paged-list snapshots stay valid for `continue` (default 5 min).
     pub fn snapshot_ttl(mut self, ttl: Duration) -> Self {
         self.config.snapshot_ttl = ttl;
+        self
+    }
+
+    /// Keeps the store in this directory (SQLite; see `docs/kube-sim.md`):
+    /// objects, CRDs and the resourceVersion survive a restart and every
+    /// acknowledged write survives `kill -9`. Without it the store is in
+    /// memory only.
+    pub fn data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
         self
     }
 
@@ -105,7 +118,10 @@ impl KubeSimBuilder {
         // Without a kubelet nobody would finish graceful pod deletions, so
         // they complete at once, as if the pods had stopped immediately.
         self.config.graceful_pod_deletion = self.kubelet.enabled;
-        let store = Store::new(self.config);
+        let store = match &self.data_dir {
+            Some(dir) => Store::open(self.config, dir)?,
+            None => Store::new(self.config),
+        };
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let faults = Arc::new(crate::http::faults::Faults::new(metrics.clone()));
         let state = AppState {
@@ -248,12 +264,14 @@ impl KubeSim {
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
         }
+        self.store.close_data_dir();
     }
 }
 
 impl Drop for KubeSim {
     fn drop(&mut self) {
         self.store.shutdown.cancel();
+        self.store.close_data_dir();
     }
 }
 

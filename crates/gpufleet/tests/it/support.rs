@@ -29,11 +29,17 @@ pub struct SimServer {
 
 impl SimServer {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// `gpufleet sim serve` with more flags (e.g. `--data-dir`).
+    pub fn start_with(extra_args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("kubeconfig");
         let child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
             .args(["sim", "serve", "--port", "0", "--kubeconfig"])
             .arg(&kubeconfig)
+            .args(extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -6,6 +6,7 @@
 
 mod crds;
 mod delete;
+mod durable;
 mod list;
 mod watch;
 mod write;
@@ -21,6 +22,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use delete::{DeleteOptions, Propagation};
+pub use durable::{DATABASE_FILE, DataDirError};
 pub use list::{ListOptions, ListPage};
 pub use watch::WatchOptions;
 pub use write::{Subresource, WriteParams};
@@ -119,6 +121,12 @@ pub(crate) struct State {
     by_uid: HashMap<String, (GroupResource, ObjectKey)>,
     /// Dependents of each owner uid, for garbage collection.
     dependents: HashMap<String, BTreeSet<(GroupResource, ObjectKey)>>,
+    /// The on-disk copy (`--data-dir`); every commit is written to it
+    /// before memory changes, and a write it refuses is not acknowledged.
+    journal: Option<durable::Journal>,
+    /// The store was opened on a data directory; once its journal is closed
+    /// (shutdown) writes are refused instead of silently staying in memory.
+    durable: bool,
 }
 
 /// Counters a test or benchmark can read to see what the server did.
@@ -146,14 +154,38 @@ pub struct Store {
 }
 
 impl Store {
+    /// An in-memory store: nothing survives the process.
     pub fn new(config: StoreConfig) -> Arc<Self> {
+        let store = Self::build(config, None);
+        store.seed_namespaces();
+        store
+    }
+
+    /// A store kept in `dir` (created when missing): what it held is read
+    /// back, resourceVersions continue where they stopped, and every later
+    /// commit reaches the database before it is acknowledged. A directory
+    /// holding anything else, or a database that is not ours or is corrupt,
+    /// is refused and left as it was.
+    pub fn open(config: StoreConfig, dir: &std::path::Path) -> Result<Arc<Self>, DataDirError> {
+        let (journal, restored) = durable::Journal::open(dir)?;
+        let fresh = restored.rows.is_empty() && restored.rv == 0;
+        let store = Self::build(config, Some(journal));
+        if fresh {
+            store.seed_namespaces();
+        } else {
+            store.state.lock().restore(restored, dir)?;
+        }
+        Ok(store)
+    }
+
+    fn build(config: StoreConfig, journal: Option<durable::Journal>) -> Arc<Self> {
         let registry = Registry::with_builtins();
         let resources = registry
             .all()
             .filter(|t| t.stored_as.is_none())
             .map(|t| (t.group_resource(), ResourceStore::new(0)))
             .collect();
-        let store = Arc::new(Self {
+        Arc::new(Self {
             state: Mutex::new(State {
                 rv: 0,
                 history_limit: config.history_per_resource,
@@ -164,14 +196,14 @@ impl Store {
                 graceful_pod_deletion: config.graceful_pod_deletion,
                 by_uid: HashMap::new(),
                 dependents: HashMap::new(),
+                durable: journal.is_some(),
+                journal,
             }),
             snapshots: Mutex::new(list::Snapshots::default()),
             config,
             shutdown: CancellationToken::new(),
             stats: Stats::default(),
-        });
-        store.seed_namespaces();
-        store
+        })
     }
 
     fn seed_namespaces(&self) {
@@ -195,6 +227,12 @@ impl Store {
                 write::Ownership::Record,
             );
         }
+    }
+
+    /// Closes the data directory (if any) so another store can open it;
+    /// writes after this are refused.
+    pub fn close_data_dir(&self) {
+        self.state.lock().journal = None;
     }
 
     /// The current global resourceVersion.
@@ -267,6 +305,95 @@ impl State {
         self.resources
             .get(&rt.storage_key())
             .ok_or_else(ApiError::no_such_resource)
+    }
+
+    /// Writes a change to the data directory, when there is one.
+    fn persist(
+        &mut self,
+        gr: &GroupResource,
+        change: ChangeType,
+        object: &StoredObject,
+    ) -> Result<(), ApiError> {
+        let Some(journal) = self.journal.as_mut() else {
+            if self.durable {
+                return Err(ApiError::service_unavailable(
+                    "kube-sim is shutting down: its data directory is closed",
+                ));
+            }
+            return Ok(());
+        };
+        journal
+            .write(gr, object, change == ChangeType::Deleted)
+            .map_err(|e| {
+                tracing::error!(dir = %journal.dir().display(), error = %e, "kube-sim: the data directory refused a write");
+                ApiError::internal(format!("storing the change in the data directory failed: {e}"))
+            })
+    }
+
+    /// Loads what a data directory held: CRDs first (they declare the kinds
+    /// of the rest), then every other object, with the uid and owner
+    /// indexes. The watch history starts empty and compacted at the restored
+    /// resourceVersion, so an older watch gets 410 and relists.
+    fn restore(
+        &mut self,
+        restored: durable::Restored,
+        dir: &std::path::Path,
+    ) -> Result<(), DataDirError> {
+        let crd_resource = GroupResource {
+            group: "apiextensions.k8s.io".to_string(),
+            resource: "customresourcedefinitions".to_string(),
+        };
+        let (crds, others): (Vec<_>, Vec<_>) = restored
+            .rows
+            .into_iter()
+            .partition(|row| row.resource == crd_resource);
+        let mut max_rv = restored.rv;
+        for row in crds.into_iter().chain(others) {
+            let corrupt = |detail: String| DataDirError::Corrupt {
+                dir: dir.to_path_buf(),
+                detail,
+            };
+            let Some(rt) = self.registry.get(&row.resource).cloned() else {
+                return Err(corrupt(format!(
+                    "it holds {} objects of a kind no stored CustomResourceDefinition declares",
+                    row.resource.resource
+                )));
+            };
+            let value: Value = serde_json::from_slice(&row.json).map_err(|e| {
+                corrupt(format!(
+                    "an object of {} is not JSON: {e}",
+                    row.resource.resource
+                ))
+            })?;
+            let stored = StoredObject::from_value(&rt, &value).map_err(|e| {
+                corrupt(format!(
+                    "an object of {} is unreadable: {e}",
+                    row.resource.resource
+                ))
+            })?;
+            max_rv = max_rv.max(stored.rv);
+            let is_crd = row.resource == crd_resource;
+            let stored = Arc::new(stored);
+            let key = stored.key();
+            let Some(store) = self.resources.get_mut(&row.resource) else {
+                return Err(corrupt(format!("no store for {}", row.resource.resource)));
+            };
+            store.objects.insert(key.clone(), stored.clone());
+            if !stored.uid.is_empty() {
+                self.by_uid
+                    .insert(stored.uid.clone(), (row.resource.clone(), key.clone()));
+            }
+            self.index_owners(&row.resource, &key, &[], &stored.owners);
+            if is_crd {
+                self.register_crd(&stored);
+            }
+        }
+        self.rv = max_rv;
+        for store in self.resources.values_mut() {
+            store.compacted_rv = max_rv;
+            store.notify.send_replace(max_rv);
+        }
+        Ok(())
     }
 
     /// Commits a change: updates the object map, appends to the history

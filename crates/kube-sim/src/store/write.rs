@@ -741,7 +741,9 @@ impl State {
         let stored = Arc::new(
             StoredObject::from_value(rt, &value).map_err(|e| ApiError::internal(e.to_string()))?,
         );
-        self.record(&rt.storage_key(), change, stored.clone(), previous);
+        let gr = rt.storage_key();
+        self.persist(&gr, change, &stored)?;
+        self.record(&gr, change, stored.clone(), previous);
         Ok(stored)
     }
 

@@ -30,7 +30,7 @@ pub struct WidgetStatus {
     pub ready: bool,
 }
 
-async fn install(client: &kube::Client) -> CustomResourceDefinition {
+pub async fn install(client: &kube::Client) -> CustomResourceDefinition {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &Widget::crd())
         .await

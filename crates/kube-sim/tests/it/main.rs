@@ -4,6 +4,7 @@
 mod apply;
 mod crd;
 mod crud;
+mod data_dir;
 mod differential_e2e;
 mod events;
 mod exec;
