@@ -270,6 +270,23 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// 504 for a list at a resourceVersion the store has not reached, in
+    /// kube-apiserver's words (it answers so once its watch cache has not
+    /// caught up within 3 s; kube-sim's store is never behind, so a newer
+    /// version can only come from another server, e.g. before a restart).
+    pub fn resource_version_too_large(requested: u64, current: u64) -> Self {
+        let mut error = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        );
+        error.details = Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        }));
+        error
+    }
+
     /// 503, as the real server answers while it cannot serve a request.
     pub fn service_unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message)

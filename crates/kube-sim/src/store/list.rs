@@ -84,6 +84,16 @@ impl Store {
                     )));
                 }
             }
+            // "0" (any) and unset (most recent) never wait; a version the
+            // store has not reached cannot be served.
+            if let Some(wanted) = opts
+                .resource_version
+                .as_deref()
+                .and_then(|rv| rv.parse::<u64>().ok())
+                .filter(|rv| *rv > state.rv)
+            {
+                return Err(ApiError::resource_version_too_large(wanted, state.rv));
+            }
             let store = state.resource(rt)?;
             let items: Vec<Arc<StoredObject>> = match namespace.filter(|_| rt.namespaced) {
                 Some(ns) => store

@@ -41,7 +41,14 @@ enum Since {
 enum Start {
     Initial(Vec<Arc<StoredObject>>),
     Resume,
-    Expired { compacted: u64 },
+    Expired {
+        compacted: u64,
+    },
+    /// The client holds a resourceVersion this store never reached (it came
+    /// from an earlier server, before a restart without `--data-dir`).
+    TooLarge {
+        current: u64,
+    },
 }
 
 /// Everything a watch task needs to filter and render events.
@@ -123,6 +130,22 @@ impl WatchView {
     }
 }
 
+impl WatchView {
+    /// kube-apiserver leaves such a watch open until the version is reached,
+    /// which for a restarted server without its data may be never; kube-sim
+    /// ends it with 410 at once so the client relists (issue #11 item 9;
+    /// listed in differential/known-differences.yaml).
+    fn too_large(&self, requested: u64, current: u64) -> Bytes {
+        let status = ApiError::expired(format!(
+            "too large resource version: {requested}, current: {current}; the server has no such version: relist"
+        ))
+        .status_json();
+        let mut out = BytesMut::new();
+        self.line(&mut out, "ERROR", status.to_string().as_bytes());
+        out.freeze()
+    }
+}
+
 fn parse_rv(text: &str) -> Result<u64, ApiError> {
     text.parse().map_err(|_| {
         ApiError::invalid(
@@ -196,6 +219,9 @@ impl Store {
             } else if requested_rv < store.compacted_rv {
                 let compacted = store.compacted_rv;
                 (Start::Expired { compacted }, requested_rv, notify, epoch)
+            } else if requested_rv > state.rv {
+                let current = state.rv;
+                (Start::TooLarge { current }, requested_rv, notify, epoch)
             } else {
                 (Start::Resume, requested_rv, notify, epoch)
             }
@@ -253,6 +279,11 @@ impl Store {
             Start::Expired { compacted } => {
                 self.stats.watch_expired.fetch_add(1, Ordering::Relaxed);
                 let _ = tx.send(view.expired(cursor, compacted)).await;
+                return;
+            }
+            Start::TooLarge { current } => {
+                self.stats.watch_expired.fetch_add(1, Ordering::Relaxed);
+                let _ = tx.send(view.too_large(cursor, current)).await;
                 return;
             }
             Start::Initial(objects) => {

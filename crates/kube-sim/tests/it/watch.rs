@@ -300,3 +300,64 @@ async fn send_initial_events_requires_not_older_than_and_bookmarks() {
             .contains("resourceVersionMatch")
     );
 }
+
+/// A client that kept a resourceVersion from before a restart of an
+/// in-memory server holds a version the new store never reached: the watch
+/// ends with 410 at once (the client relists) and a list at it is a 504
+/// ResourceVersionTooLarge, never an empty stream that waits forever.
+#[tokio::test]
+async fn a_resource_version_from_before_a_restart_makes_the_client_relist() {
+    let sim = KubeSim::builder().start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let current = sim.resource_version();
+    let too_new = (current + 1_000).to_string();
+    let events: Vec<_> = tokio::time::timeout(
+        Duration::from_secs(5),
+        api.watch(&WatchParams::default().timeout(30), &too_new)
+            .await
+            .expect("watch starts with 200")
+            .try_collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the watch ends at once")
+    .unwrap();
+    match events.as_slice() {
+        [WatchEvent::Error(status)] => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+            assert!(
+                status.message.contains("too large resource version"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected one 410 event, got {other:?}"),
+    }
+    let listed = api
+        .list(&kube::api::ListParams::default().at(&too_new))
+        .await;
+    let status = crate::support::status_of(listed);
+    assert_eq!((status.code, status.reason.as_str()), (504, "Timeout"));
+    assert_eq!(
+        status.message,
+        format!("Timeout: Too large resource version: {too_new}, current: {current}")
+    );
+    let (_, body) = crate::support::raw(
+        &sim.client(),
+        "GET",
+        &format!("/api/v1/namespaces/default/configmaps?resourceVersion={too_new}"),
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_eq!(
+        body["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert_eq!(body["details"]["retryAfterSeconds"], 1);
+    // "0" and unset still answer at once with what is there.
+    assert!(
+        api.list(&kube::api::ListParams::default().at("0"))
+            .await
+            .is_ok()
+    );
+}
