@@ -390,32 +390,70 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::warn!(gates = %args.feature_gates, "--feature-gates has no gates yet; ignored");
     }
     let client = client(&config).await?;
-    let controller = Arc::new(MokkaController::new(client, config.options)?);
     let shutdown = CancellationToken::new();
     tokio::spawn(telemetry::cancel_on_signal(shutdown.clone()));
-    let admin = AdminServer::new(controller.readiness(), controller.registry());
+    run_with_client(
+        client,
+        ControlPlane {
+            options: config.options,
+            election: config.election,
+            admin: Some(config.listen),
+            shutdown_timeout: config.shutdown_timeout,
+        },
+        shutdown,
+    )
+    .await
+}
+
+/// What one control-plane replica runs with, once the client exists.
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    pub options: Options,
+    pub election: LeaderElectionConfig,
+    /// Where /healthz, /readyz and /metrics listen (None: not served).
+    pub admin: Option<SocketAddr>,
+    /// How long the admin server may drain at shutdown.
+    pub shutdown_timeout: Duration,
+}
+
+/// The control plane on a given client until `shutdown`: `gpufleet mokka`
+/// and `gpufleet sandbox` both run Mokka through here, so the sandbox
+/// exercises exactly what a cluster runs.
+pub async fn run_with_client(
+    client: kube::Client,
+    plane: ControlPlane,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let controller = Arc::new(MokkaController::new(client, plane.options)?);
     let server_stop = CancellationToken::new();
-    let mut server = tokio::spawn(admin.bind_and_serve(config.listen, server_stop.clone()));
-    tracing::info!(listen = %config.listen, lease = %format!("{}/{}", config.election.namespace, config.election.name), "starting Mokka control plane");
-    let controller_run = Arc::clone(&controller).run(config.election.clone(), shutdown.clone());
+    let mut server = plane.admin.map(|listen| {
+        let admin = AdminServer::new(controller.readiness(), controller.registry());
+        tokio::spawn(admin.bind_and_serve(listen, server_stop.clone()))
+    });
+    tracing::info!(listen = ?plane.admin, lease = %format!("{}/{}", plane.election.namespace, plane.election.name), "starting Mokka control plane");
+    let controller_run = Arc::clone(&controller).run(plane.election.clone(), shutdown.clone());
     // The server and the controller stop together: either one ending stops the other.
-    let result = tokio::select! {
-        result = controller_run => result.map_err(anyhow::Error::from),
-        served = &mut server => {
-            shutdown.cancel();
-            match served {
-                Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP server stopped")),
-                Ok(Err(error)) => Err(anyhow::Error::from(error).context("serving --listen-addr")),
-                Err(error) => Err(anyhow::anyhow!("the HTTP server task failed: {error}")),
+    let result = match server.as_mut() {
+        Some(server) => tokio::select! {
+            result = controller_run => result.map_err(anyhow::Error::from),
+            served = server => {
+                shutdown.cancel();
+                match served {
+                    Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP server stopped")),
+                    Ok(Err(error)) => Err(anyhow::Error::from(error).context("serving --listen-addr")),
+                    Err(error) => Err(anyhow::anyhow!("the HTTP server task failed: {error}")),
+                }
             }
-        }
+        },
+        None => controller_run.await.map_err(anyhow::Error::from),
     };
     server_stop.cancel();
-    if tokio::time::timeout(config.shutdown_timeout, &mut server)
-        .await
-        .is_err()
+    if let Some(mut server) = server
+        && tokio::time::timeout(plane.shutdown_timeout, &mut server)
+            .await
+            .is_err()
     {
-        tracing::warn!(timeout = ?config.shutdown_timeout, "HTTP server did not drain in time");
+        tracing::warn!(timeout = ?plane.shutdown_timeout, "HTTP server did not drain in time");
         server.abort();
     }
     result

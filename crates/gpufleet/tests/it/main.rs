@@ -10,6 +10,7 @@ mod logging;
 mod mokka_crds;
 mod mokka_render;
 mod mokka_run;
+mod sandbox_demo;
 mod sim_exec_rules;
 mod sim_serve;
 mod support;

@@ -1,0 +1,219 @@
+//! The fleet view's model, computed from the watch caches: racks with
+//! their Node slots and GPUs (state, temperature, serial), gpuid's last
+//! inventory time per Node, and the TFJobs with their pods' placement.
+
+use std::collections::BTreeMap;
+
+use gpuid::collect::node_state::{NodeKeys, StoredState};
+use mokka::api::DeviceState;
+use serde::Serialize;
+
+use super::super::device_plugin::current_assignment;
+use super::super::nvidia_smi;
+use super::super::state::FleetState;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FleetView {
+    pub racks: Vec<RackView>,
+    pub nodes: usize,
+    pub gpus: usize,
+    pub tfjobs: Vec<JobView>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RackView {
+    pub name: String,
+    pub group: String,
+    pub index: i32,
+    pub chassis_serial: String,
+    pub slots: Vec<SlotView>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SlotView {
+    pub index: i32,
+    pub node: Option<String>,
+    /// gpuid's last export for this Node (RFC 3339).
+    pub inventoried_at: Option<String>,
+    pub gpus: Vec<GpuView>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GpuView {
+    pub index: i32,
+    pub uuid: String,
+    pub serial: String,
+    /// healthy, degraded, lost, or unbound (no Node in the slot).
+    pub state: &'static str,
+    pub celsius: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct JobView {
+    pub namespace: String,
+    pub name: String,
+    /// The latest true condition (Created, Running, Succeeded, …).
+    pub phase: String,
+    /// Pod name → (Node, pod phase).
+    pub pods: BTreeMap<String, (String, String)>,
+}
+
+pub fn state_word(state: DeviceState) -> &'static str {
+    match state {
+        DeviceState::Healthy => "healthy",
+        DeviceState::Degraded => "degraded",
+        DeviceState::Failed => "lost",
+    }
+}
+
+impl FleetView {
+    pub fn of(state: &FleetState, keys: &NodeKeys) -> FleetView {
+        let mut racks: Vec<RackView> = state
+            .racks
+            .state()
+            .iter()
+            .map(|rack| {
+                let slots = rack
+                    .spec
+                    .nodes
+                    .iter()
+                    .map(|slot| slot_view(state, keys, slot))
+                    .collect();
+                RackView {
+                    name: rack.metadata.name.clone().unwrap_or_default(),
+                    group: rack.spec.identity.rack_group.clone(),
+                    index: rack.spec.identity.rack_index,
+                    chassis_serial: nvidia_smi::chassis_serial(&rack.spec.identity.fabric_uuid),
+                    slots,
+                }
+            })
+            .collect();
+        racks.sort_by(|a, b| (&a.group, a.index).cmp(&(&b.group, b.index)));
+        let gpus = racks
+            .iter()
+            .flat_map(|rack| &rack.slots)
+            .map(|slot| slot.gpus.len())
+            .sum();
+        FleetView {
+            racks,
+            nodes: state.nodes.len(),
+            gpus,
+            tfjobs: jobs(state),
+        }
+    }
+}
+
+fn slot_view(state: &FleetState, keys: &NodeKeys, slot: &mokka::api::RackNode) -> SlotView {
+    let node = slot.node_ref.as_ref().map(|node_ref| node_ref.name.clone());
+    let assignment = node
+        .as_deref()
+        .and_then(|name| current_assignment(state, name).ok().flatten());
+    let inventoried_at = node
+        .as_deref()
+        .and_then(|name| state.nodes.get(name))
+        .and_then(|node| {
+            let annotations = node.metadata.annotations.clone().unwrap_or_default();
+            StoredState::from_annotations(keys, &annotations).exported_at
+        })
+        .map(|at| at.to_string());
+    let mut gpus: Vec<GpuView> = slot
+        .gpus
+        .iter()
+        .map(|gpu| {
+            let runtime = assignment.as_ref().and_then(|(assignment, _)| {
+                assignment
+                    .gpus
+                    .iter()
+                    .find(|assigned| assigned.uuid == gpu.uuid)
+                    .map(|assigned| assigned.runtime.clone())
+            });
+            let (state, celsius) = match &runtime {
+                Some(runtime) => {
+                    let device = nvidia_smi::device_state(runtime);
+                    let celsius = (device != DeviceState::Failed)
+                        .then(|| nvidia_smi::gpu_celsius(runtime))
+                        .flatten();
+                    (state_word(device), celsius)
+                }
+                None => ("unbound", None),
+            };
+            GpuView {
+                index: gpu.index,
+                uuid: gpu.uuid.clone(),
+                serial: gpu.serial.clone(),
+                state,
+                celsius,
+            }
+        })
+        .collect();
+    gpus.sort_by_key(|gpu| gpu.index);
+    SlotView {
+        index: slot.index,
+        node,
+        inventoried_at,
+        gpus,
+    }
+}
+
+fn latest_condition(status: &serde_json::Value) -> String {
+    status
+        .get("conditions")
+        .and_then(|c| c.as_array())
+        .and_then(|conditions| {
+            conditions
+                .iter()
+                .rev()
+                .find(|c| c.get("status").and_then(|s| s.as_str()) == Some("True"))
+        })
+        .and_then(|c| c.get("type").and_then(|t| t.as_str()))
+        .unwrap_or("Pending")
+        .to_string()
+}
+
+fn jobs(state: &FleetState) -> Vec<JobView> {
+    let pods = state.pods.state();
+    let mut jobs: Vec<JobView> = state
+        .tfjobs
+        .state()
+        .iter()
+        .map(|job| {
+            let name = job.metadata.name.clone().unwrap_or_default();
+            let namespace = job.metadata.namespace.clone().unwrap_or_default();
+            let owned = pods
+                .iter()
+                .filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace.as_str()))
+                .filter(|pod| {
+                    pod.metadata
+                        .owner_references
+                        .as_ref()
+                        .is_some_and(|owners| {
+                            owners
+                                .iter()
+                                .any(|o| o.kind == tfjob::api::KIND && o.name == name)
+                        })
+                })
+                .map(|pod| {
+                    let node = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.clone())
+                        .unwrap_or_else(|| "(unscheduled)".into());
+                    let phase = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.phase.clone())
+                        .unwrap_or_else(|| "Pending".into());
+                    (pod.metadata.name.clone().unwrap_or_default(), (node, phase))
+                })
+                .collect();
+            JobView {
+                phase: latest_condition(&job.status),
+                namespace,
+                name,
+                pods: owned,
+            }
+        })
+        .collect();
+    jobs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    jobs
+}
