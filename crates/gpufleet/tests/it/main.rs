@@ -11,6 +11,7 @@ mod mokka_crds;
 mod mokka_render;
 mod mokka_run;
 mod sandbox_demo;
+mod sandbox_fleet_view;
 mod sim_exec_rules;
 mod sim_serve;
 mod support;

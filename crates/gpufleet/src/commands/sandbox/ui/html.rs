@@ -109,13 +109,27 @@ fn rack_html(html: &mut String, rack: &RackView) {
         for gpu in &slot.gpus {
             gpu_html(html, gpu);
         }
+        let when = slot.inventoried_at.as_deref().unwrap_or("—");
         let _ = write!(
             html,
-            "<td class=\"when\">{}</td></tr>",
-            escape(slot.inventoried_at.as_deref().unwrap_or("—"))
+            "<td class=\"when\" title=\"{}\">{}</td></tr>",
+            escape(when),
+            escape(&short_time(when))
         );
     }
     html.push_str("</table></div>");
+}
+
+/// `2026-12-01T17:50:24.530231251Z` → `17:50:24Z`: the table has no room
+/// for the date; the full time is the cell's tooltip.
+fn short_time(rfc3339: &str) -> String {
+    match rfc3339.split_once('T') {
+        Some((_, time)) => {
+            let seconds = time.split(['.', 'Z', '+']).next().unwrap_or(time);
+            format!("{seconds}Z")
+        }
+        None => rfc3339.to_string(),
+    }
 }
 
 fn gpu_html(html: &mut String, gpu: &GpuView) {
@@ -170,6 +184,7 @@ mod tests {
         assert!(html.contains("serial 00000000001234567890"));
         assert!(html.contains("<b id=\"count-racks\">1</b>"));
         assert!(html.contains("<b id=\"count-lost\">1</b>"));
-        assert!(html.contains("2026-12-01T17:00:00Z"));
+        assert!(html.contains("title=\"2026-12-01T17:00:00Z\">17:00:00Z</td>"));
+        assert_eq!(short_time("2026-12-01T17:50:24.530231251Z"), "17:50:24Z");
     }
 }
