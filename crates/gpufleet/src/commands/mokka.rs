@@ -425,6 +425,16 @@ pub async fn run_with_client(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let controller = Arc::new(MokkaController::new(client, plane.options)?);
+    run_controller(controller, plane, shutdown).await
+}
+
+/// [`run_with_client`] once the controller exists, for a caller that also
+/// reads its metrics registry (the sandbox's aggregated /metrics).
+pub async fn run_controller(
+    controller: Arc<MokkaController>,
+    plane: ControlPlane,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let server_stop = CancellationToken::new();
     let mut server = plane.admin.map(|listen| {
         let admin = AdminServer::new(controller.readiness(), controller.registry());

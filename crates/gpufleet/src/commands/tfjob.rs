@@ -326,6 +326,16 @@ pub async fn run_with_client(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let operator = Operator::new(client, config).context("setting up the TFJob operator")?;
+    run_operator(operator, admin, shutdown).await
+}
+
+/// [`run_with_client`] once the operator exists, for a caller that also
+/// reads its metrics registry (the sandbox's aggregated /metrics).
+pub async fn run_operator(
+    operator: Operator,
+    admin: &[SocketAddr],
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let servers: Vec<_> = admin
         .iter()
         .map(|address| {

@@ -12,6 +12,7 @@ mod mokka_render;
 mod mokka_run;
 mod sandbox_demo;
 mod sandbox_fleet_view;
+mod sandbox_metrics;
 mod sim_exec_rules;
 mod sim_serve;
 mod support;

@@ -81,18 +81,27 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let client = client(&config).await?;
     let admin = SocketAddr::from((Ipv4Addr::UNSPECIFIED, config.server_port));
-    run_with_client(client, config, settings, Some(admin), shutdown).await
+    run_with_client(
+        client,
+        config,
+        settings,
+        Some(admin),
+        MetricsRegistry::new(),
+        shutdown,
+    )
+    .await
 }
 
 /// The collector on a given client: `gpufleet gpuid run` and `gpufleet
 /// sandbox` both come here, so the sandbox runs exactly the collector a
 /// cluster runs. `admin` is where /healthz, /readyz and /metrics listen
-/// (None: not served).
+/// (None: not served); the collector's metrics go into `registry`.
 pub async fn run_with_client(
     client: kube::Client,
     config: Config,
     settings: CollectorSettings,
     admin: Option<SocketAddr>,
+    registry: MetricsRegistry,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let exporter = AnyExporter::from_config(
@@ -108,7 +117,6 @@ pub async fn run_with_client(
         ),
     )?;
     let pipeline = ExportPipeline::start(exporter, PipelineConfig::from_config(&config));
-    let registry = MetricsRegistry::new();
     let runtime = CollectorRuntime::new(
         client,
         settings,

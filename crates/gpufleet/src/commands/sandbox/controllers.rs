@@ -1,11 +1,14 @@
 //! The three controllers, started in-process through the functions their
-//! own subcommands run (`commands::{mokka, tfjob}::run_with_client`,
-//! `gpuid::collect::serve::run_with_client`), each on its own kube client.
+//! own subcommands run (`commands::mokka::run_controller`,
+//! `commands::tfjob::run_operator`, `gpuid::collect::serve::run_with_client`),
+//! so the sandbox keeps a handle on each one's metrics registry.
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use anyhow::Context;
-use controller_kit::LeaderElectionConfig;
+use controller_kit::{LeaderElectionConfig, MetricsRegistry};
 use gpuid::collect::CollectorSettings;
 use gpuid::collect::node_state::NodeKeys;
 use tokio::task::JoinSet;
@@ -74,6 +77,14 @@ pub fn gpuid_config(args: &SandboxArgs) -> anyhow::Result<Gpuid> {
 
 type Tasks = JoinSet<(&'static str, anyhow::Result<()>)>;
 
+/// The three controllers' metrics, for the sandbox's aggregated /metrics.
+#[derive(Clone, Debug)]
+pub struct Registries {
+    pub mokka: MetricsRegistry,
+    pub gpuid: MetricsRegistry,
+    pub tfjob: MetricsRegistry,
+}
+
 /// Starts Mokka and the TFJob operator on `client` and gpuid on
 /// `exec_client` (exec needs a socket), until `shutdown`.
 pub fn spawn(
@@ -82,38 +93,48 @@ pub fn spawn(
     exec_client: kube::Client,
     gpuid: Gpuid,
     shutdown: &CancellationToken,
-) {
+) -> anyhow::Result<Registries> {
     let plane = crate::commands::mokka::ControlPlane {
         options: mokka::plan::options::Options::default(),
         election: LeaderElectionConfig::new("default", "control-plane.mokka.nvidia.com"),
         admin: None,
         shutdown_timeout: std::time::Duration::from_secs(5),
     };
+    let controller = Arc::new(
+        mokka::controller::MokkaController::new(client.clone(), plane.options)
+            .context("setting up the Mokka controller")?,
+    );
+    let mokka_registry = controller.registry();
     {
-        let (client, stop) = (client.clone(), shutdown.clone());
+        let stop = shutdown.clone();
         tasks.spawn(async move {
-            let result = crate::commands::mokka::run_with_client(client, plane, stop).await;
+            let result = crate::commands::mokka::run_controller(controller, plane, stop).await;
             ("Mokka", result)
         });
     }
+    let mut config = tfjob::run::OperatorConfig::new("default");
+    // One replica: no Lease to wait for.
+    config.leader_election = false;
+    let operator = tfjob::run::Operator::new(client.clone(), config)
+        .context("setting up the TFJob operator")?;
+    let tfjob_registry = operator.registry();
     {
-        let mut config = tfjob::run::OperatorConfig::new("default");
-        // One replica: no Lease to wait for.
-        config.leader_election = false;
-        let (client, stop) = (client.clone(), shutdown.clone());
+        let stop = shutdown.clone();
         tasks.spawn(async move {
-            let result = crate::commands::tfjob::run_with_client(client, config, &[], stop).await;
+            let result = crate::commands::tfjob::run_operator(operator, &[], stop).await;
             ("TFJob operator", result)
         });
     }
+    let gpuid_registry = MetricsRegistry::new();
     {
-        let stop = shutdown.clone();
+        let (stop, registry) = (shutdown.clone(), gpuid_registry.clone());
         tasks.spawn(async move {
             let result = gpuid::collect::serve::run_with_client(
                 exec_client,
                 gpuid.config,
                 gpuid.settings,
                 None,
+                registry,
                 stop,
             )
             .await
@@ -121,4 +142,9 @@ pub fn spawn(
             ("gpuid", result)
         });
     }
+    Ok(Registries {
+        mokka: mokka_registry,
+        gpuid: gpuid_registry,
+        tfjob: tfjob_registry,
+    })
 }

@@ -9,13 +9,15 @@
 //! [`controllers`] (the three controllers), [`device_plugin`] with the pure
 //! [`nvidia_smi`] renderer and [`runtime`] (assignment and effective
 //! runtime), [`state`] (watch caches), [`progress`] (what is printed),
-//! [`demo`] (the scripted checks) and [`ui`] (the fleet view).
+//! [`demo`] (the scripted checks), [`ui`] (the fleet view) and [`metrics`]
+//! (the three controllers' metrics on the fleet view's `/metrics`).
 
 pub mod cluster;
 pub mod controllers;
 pub mod demo;
 pub mod device_plugin;
 pub mod fleet;
+pub mod metrics;
 pub mod nvidia_smi;
 pub mod progress;
 pub mod runtime;
@@ -102,13 +104,13 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     let exec_client = sim
         .http_client()
         .context("building the loopback client for exec")?;
-    controllers::spawn(
+    let registries = controllers::spawn(
         &mut tasks,
         &client,
         exec_client.clone(),
         gpuid.clone(),
         &shutdown,
-    );
+    )?;
     progress::step("Mokka, gpuid and the TFJob operator running in-process".to_string());
 
     fleet::seed(&client, nodes).await?;
@@ -131,7 +133,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     let ui_url = format!("http://{}/", ui.local_addr);
     {
         let (state, stop, keys) = (state.clone(), shutdown.clone(), gpuid.node_keys());
-        tasks.spawn(async move { ("fleet view", ui.serve(state, keys, stop).await) });
+        tasks.spawn(async move { ("fleet view", ui.serve(state, keys, registries, stop).await) });
     }
 
     let watch = progress::Startup {

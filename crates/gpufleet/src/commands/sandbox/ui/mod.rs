@@ -1,7 +1,8 @@
 //! The fleet view at `http://127.0.0.1:PORT/`: `/` is the server-rendered
 //! page, `/api/fleet` the same model as JSON, `/events` a server-sent
 //! event stream that pushes a fresh rendering whenever a watched object
-//! changes (the watch caches feed it; the page swaps it in without a reload).
+//! changes (the watch caches feed it; the page swaps it in without a reload),
+//! `/metrics` the three controllers' metrics in one OpenMetrics page.
 
 pub mod html;
 pub mod view;
@@ -21,6 +22,7 @@ use gpuid::collect::node_state::NodeKeys;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::controllers::Registries;
 use super::state::FleetState;
 use view::FleetView;
 
@@ -52,6 +54,7 @@ pub async fn bind(port: u16) -> anyhow::Result<UiServer> {
 struct Shared {
     state: FleetState,
     keys: NodeKeys,
+    registries: Registries,
     stop: CancellationToken,
 }
 
@@ -61,11 +64,13 @@ impl UiServer {
         self,
         state: FleetState,
         keys: NodeKeys,
+        registries: Registries,
         stop: CancellationToken,
     ) -> anyhow::Result<()> {
         let router = router(Shared {
             state,
             keys,
+            registries,
             stop: stop.clone(),
         });
         axum::serve(self.listener, router)
@@ -80,6 +85,7 @@ fn router(shared: Shared) -> Router {
         .route("/", get(page))
         .route("/api/fleet", get(fleet_json))
         .route("/events", get(events))
+        .route("/metrics", get(metrics))
         .with_state(shared)
 }
 
@@ -89,6 +95,20 @@ async fn page(State(shared): State<Shared>) -> impl IntoResponse {
 
 async fn fleet_json(State(shared): State<Shared>) -> impl IntoResponse {
     Json(FleetView::of(&shared.state, &shared.keys))
+}
+
+async fn metrics(State(shared): State<Shared>) -> axum::response::Response {
+    match super::metrics::encode(&shared.registries) {
+        Ok(page) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                controller_kit::metrics::OPENMETRICS_CONTENT_TYPE,
+            )],
+            page,
+        )
+            .into_response(),
+        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
 }
 
 async fn events(
