@@ -272,3 +272,146 @@ fn the_tfjob_chart_renders_applies_installs_and_grants_the_operator_only_what_it
         }
     }
 }
+
+/// The umbrella chart: the CRDs and the three controllers in one release,
+/// each under its own name prefix; `<name>.enabled=false` leaves one out.
+#[test]
+fn the_gpufleet_umbrella_chart_installs_the_crds_and_any_of_the_three_controllers() {
+    let helm = helm_path();
+    let deployments = [
+        "gpufleet-mokka-control-plane",
+        "gpufleet-gpuid",
+        "gpufleet-tfjob",
+    ];
+    match Lane::from_env().unwrap() {
+        Lane::Sim => {
+            let sim = SimServer::start();
+            sim.kubectl_ok(&["create", "namespace", "gpu-operator"]);
+            sim.kubectl_ok(&["create", "namespace", "gpufleet"]);
+            let rendered = run_ok(Command::new(&helm).args([
+                "template",
+                "gpufleet",
+                &chart("gpufleet"),
+                "--namespace",
+                "gpufleet",
+                "--include-crds",
+                "--set",
+                "gpuid.clusterName=sandbox-east",
+            ]));
+            // kube-sim serves neither policy/v1 nor admissionregistration.k8s.io/v1,
+            // so Mokka's PodDisruptionBudget and SGPURack admission policy are
+            // left out here; the real lane below installs them.
+            let not_on_kube_sim = [
+                "kind: PodDisruptionBudget",
+                "kind: ValidatingAdmissionPolicy",
+                "kind: ValidatingAdmissionPolicyBinding",
+            ];
+            let (kept, left_out): (Vec<&str>, Vec<&str>) =
+                rendered.split("\n---").partition(|doc| {
+                    !not_on_kube_sim
+                        .iter()
+                        .any(|kind| doc.lines().any(|l| l == *kind))
+                });
+            assert_eq!(
+                left_out.len(),
+                3,
+                "only Mokka's PDB and admission policy are left out"
+            );
+            let file = sim.dir.path().join("gpufleet-chart.yaml");
+            std::fs::write(&file, kept.join("\n---")).unwrap();
+            let applied =
+                sim.kubectl_ok(&["apply", "--validate=strict", "-f", &file.to_string_lossy()]);
+            for created in [
+                "customresourcedefinition.apiextensions.k8s.io/sgpuracks.mokka.nvidia.com created",
+                "customresourcedefinition.apiextensions.k8s.io/tfjobs.kubeflow.org created",
+                "deployment.apps/gpufleet-mokka-control-plane created",
+                "deployment.apps/gpufleet-gpuid created",
+                "deployment.apps/gpufleet-tfjob created",
+            ] {
+                assert!(
+                    applied.contains(created),
+                    "{created} missing from:\n{applied}"
+                );
+            }
+            let cluster = sim.kubectl_ok(&[
+                "get",
+                "deployment",
+                "gpufleet-gpuid",
+                "-n",
+                "gpufleet",
+                "-o",
+                "jsonpath={.spec.template.spec.serviceAccountName} {.spec.template.spec.containers[0].env[?(@.name==\"CLUSTER_NAME\")].value}",
+            ]);
+            assert_eq!(cluster, "gpufleet-gpuid sandbox-east");
+            let without_tfjob = run_ok(Command::new(&helm).args([
+                "template",
+                "gpufleet",
+                &chart("gpufleet"),
+                "--namespace",
+                "gpufleet",
+                "--set",
+                "tfjob.enabled=false",
+            ]));
+            assert!(without_tfjob.contains("name: gpufleet-mokka-control-plane"));
+            assert!(
+                !without_tfjob.contains("name: gpufleet-tfjob"),
+                "{without_tfjob}"
+            );
+        }
+        Lane::Real(cluster) => {
+            let kubeconfig = cluster.admin_kubeconfig.to_string_lossy().into_owned();
+            let namespace = "gpufleet-chart";
+            let helm_cmd = |args: &[&str]| {
+                let mut command = Command::new(&helm);
+                command.args(args).args(["--kubeconfig", &kubeconfig]);
+                command
+            };
+            let kubectl = |args: &[&str]| {
+                let mut command = Command::new(kubectl_path());
+                command.args(args).args(["--kubeconfig", &kubeconfig]);
+                command
+            };
+            // Left over from an interrupted run.
+            let _ = helm_cmd(&["uninstall", "gpufleet-chart", "-n", namespace]).output();
+            let installed = run_ok(&mut helm_cmd(&[
+                "install",
+                "gpufleet-chart",
+                &chart("gpufleet"),
+                "--namespace",
+                namespace,
+                "--create-namespace",
+                "--set",
+                "gpuid.replicas=1",
+            ]));
+            assert!(installed.contains("STATUS: deployed"), "{installed}");
+            let names = run_ok(&mut kubectl(&[
+                "get",
+                "deployments",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ]));
+            for deployment in deployments {
+                assert!(names.contains(deployment), "{deployment} not in {names}");
+            }
+            let crds = run_ok(&mut kubectl(&[
+                "get",
+                "crd",
+                "sgpuracks.mokka.nvidia.com",
+                "tfjobs.kubeflow.org",
+                "-o",
+                "name",
+            ]));
+            assert_eq!(crds.lines().count(), 2, "{crds}");
+            run_ok(&mut helm_cmd(&[
+                "uninstall",
+                "gpufleet-chart",
+                "-n",
+                namespace,
+                "--wait",
+            ]));
+            let _ = kubectl(&["delete", "namespace", namespace, "--wait=false"]).output();
+        }
+    }
+}

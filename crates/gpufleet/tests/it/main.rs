@@ -1,6 +1,7 @@
 //! The gpufleet binary driven from outside, as users and CI drive it.
 
 mod commands;
+mod deploy_kustomize;
 mod deploy_manifests;
 mod gpuid_quickstart;
 mod gpuid_run;
