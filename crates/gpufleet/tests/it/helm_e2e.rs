@@ -29,6 +29,13 @@ fn chart(name: &str) -> String {
         .into_owned()
 }
 
+/// `program ARGS --kubeconfig KUBECONFIG`.
+fn on_cluster(program: &Path, args: &[&str], kubeconfig: &str) -> Command {
+    let mut command = Command::new(program);
+    command.args(args).args(["--kubeconfig", kubeconfig]);
+    command
+}
+
 fn run_ok(command: &mut Command) -> String {
     let out = command.output().expect("the command runs");
     assert!(
@@ -83,16 +90,8 @@ fn the_gpuid_chart_renders_applies_installs_and_uninstalls() {
         Lane::Real(cluster) => {
             let kubeconfig = cluster.admin_kubeconfig.to_string_lossy().into_owned();
             let namespace = "gpuid-chart";
-            let helm_cmd = |args: &[&str]| {
-                let mut command = Command::new(&helm);
-                command.args(args).args(["--kubeconfig", &kubeconfig]);
-                command
-            };
-            let kubectl = |args: &[&str]| {
-                let mut command = Command::new(kubectl_path());
-                command.args(args).args(["--kubeconfig", &kubeconfig]);
-                command
-            };
+            let helm_cmd = |args: &[&str]| on_cluster(&helm, args, &kubeconfig);
+            let kubectl = |args: &[&str]| on_cluster(&kubectl_path(), args, &kubeconfig);
             // Left over from an interrupted run.
             let _ = helm_cmd(&["uninstall", "gpuid-chart", "-n", namespace]).output();
             let installed = run_ok(&mut helm_cmd(&[
@@ -202,16 +201,8 @@ fn the_tfjob_chart_renders_applies_installs_and_grants_the_operator_only_what_it
         Lane::Real(cluster) => {
             let kubeconfig = cluster.admin_kubeconfig.to_string_lossy().into_owned();
             let namespace = "tfjob-chart";
-            let helm_cmd = |args: &[&str]| {
-                let mut command = Command::new(&helm);
-                command.args(args).args(["--kubeconfig", &kubeconfig]);
-                command
-            };
-            let kubectl = |args: &[&str]| {
-                let mut command = Command::new(kubectl_path());
-                command.args(args).args(["--kubeconfig", &kubeconfig]);
-                command
-            };
+            let helm_cmd = |args: &[&str]| on_cluster(&helm, args, &kubeconfig);
+            let kubectl = |args: &[&str]| on_cluster(&kubectl_path(), args, &kubeconfig);
             // Left over from an interrupted run.
             let _ = helm_cmd(&["uninstall", "tfjob-chart", "-n", namespace]).output();
             let installed = run_ok(&mut helm_cmd(&[
@@ -361,16 +352,8 @@ fn the_gpufleet_umbrella_chart_installs_the_crds_and_any_of_the_three_controller
         Lane::Real(cluster) => {
             let kubeconfig = cluster.admin_kubeconfig.to_string_lossy().into_owned();
             let namespace = "gpufleet-chart";
-            let helm_cmd = |args: &[&str]| {
-                let mut command = Command::new(&helm);
-                command.args(args).args(["--kubeconfig", &kubeconfig]);
-                command
-            };
-            let kubectl = |args: &[&str]| {
-                let mut command = Command::new(kubectl_path());
-                command.args(args).args(["--kubeconfig", &kubeconfig]);
-                command
-            };
+            let helm_cmd = |args: &[&str]| on_cluster(&helm, args, &kubeconfig);
+            let kubectl = |args: &[&str]| on_cluster(&kubectl_path(), args, &kubeconfig);
             // Left over from an interrupted run.
             let _ = helm_cmd(&["uninstall", "gpufleet-chart", "-n", namespace]).output();
             // The lane runs deploy/mokka for the Mokka tests, so Mokka's

@@ -101,16 +101,8 @@ fn the_default_sandbox_demo_passes_and_gpuid_prints_every_gpu_and_the_lost_one()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_postgres_every_gpu_is_a_row_and_the_lost_gpu_an_event() {
-    let url = std::env::var("GPUFLEET_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|error| {
-            panic!(
-                "PostgreSQL is required at {url} (run scripts/test.sh, which starts it): {error}"
-            )
-        });
-    tokio::spawn(connection);
+    let url = crate::support::postgres_url();
+    let client = crate::support::postgres().await;
     let suffix = std::process::id();
     let table = format!("sandbox_{suffix}");
     let cluster = format!("sandbox-test-{suffix}");

@@ -7,7 +7,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -22,7 +21,7 @@ use mokka::api::{
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::KilledOnDrop;
+use crate::support::{KilledOnDrop, RunningSandbox, pipe_lines, wait_for_line};
 
 fn chromium() -> PathBuf {
     if let Ok(path) = std::env::var("CHROMIUM") {
@@ -34,37 +33,6 @@ fn chromium() -> PathBuf {
         "chromium not found: run scripts/test.sh (it installs Debian's chromium package) or set CHROMIUM"
     );
     installed
-}
-
-/// Lines of a child's stderr, read on a thread.
-fn stderr_lines(child: &mut std::process::Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().expect("stderr is piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn wait_for(rx: &mpsc::Receiver<String>, needle: &str, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    let mut seen = Vec::new();
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok(line) if line.contains(needle) => return line,
-            Ok(line) => seen.push(line),
-            Err(_) => break,
-        }
-    }
-    panic!(
-        "no line containing {needle:?} within {timeout:?}; saw:\n{}",
-        seen.join("\n")
-    );
 }
 
 /// DevTools' `/json/list`. Chromium keeps the connection open whatever the
@@ -181,36 +149,9 @@ impl Page {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live() {
     let browser_binary = chromium();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = dir.path().join("sandbox.kubeconfig");
-    let child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
-        .args(["sandbox", "--nodes", "36", "--ui-port", "0", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gpufleet sandbox starts");
-    let mut sandbox = KilledOnDrop {
-        child,
-        name: "gpufleet sandbox",
-    };
-    let sandbox_lines = stderr_lines(&mut sandbox.child);
-    let view_line = wait_for(&sandbox_lines, "fleet view:", Duration::from_secs(120));
-    let url = view_line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://"))
-        .expect("the fleet view's URL")
-        .to_string();
-    wait_for(
-        &sandbox_lines,
-        "running; Ctrl-C stops the sandbox",
-        Duration::from_secs(30),
-    );
-
-    let client = kube_sim::lane::client_from_kubeconfig(&kubeconfig)
-        .await
-        .expect("a client for the sandbox's kubeconfig");
+    let sandbox = RunningSandbox::start(&["--nodes", "36", "--ui-port", "0"]);
+    let url = sandbox.ui_url.clone();
+    let client = sandbox.client().await;
     let racks = Api::<SGPURack>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -228,7 +169,7 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
         .sum();
     assert_eq!((racks.len(), nodes.len(), gpus), (2, 36, 144));
 
-    let profile = dir.path().join("chromium-profile");
+    let profile = sandbox.dir.path().join("chromium-profile");
     let browser = Command::new(&browser_binary)
         .args([
             "--headless",
@@ -248,12 +189,14 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
         child: browser,
         name: "chromium",
     };
-    let browser_lines = stderr_lines(&mut browser.child);
-    let devtools = wait_for(
+    let browser_lines = pipe_lines(browser.child.stderr.take().expect("stderr is piped"));
+    let devtools = wait_for_line(
         &browser_lines,
         "DevTools listening on",
         Duration::from_secs(30),
-    );
+    )
+    .pop()
+    .unwrap_or_default();
     let port: u16 = devtools
         .rsplit("127.0.0.1:")
         .next()
@@ -400,7 +343,8 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
     std::fs::write(&out, &png).expect("screenshot written");
     eprintln!("screenshot: {}", out.display());
 
-    let status = sandbox.terminate().await;
+    let mut sandbox = sandbox;
+    let status = sandbox.process.terminate().await;
     assert!(
         status.success(),
         "the sandbox stops cleanly on SIGTERM: {status}"

@@ -5,9 +5,7 @@
 //! and checks each dashboard's every metric name.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kube::Api;
@@ -15,7 +13,7 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 use tfjob::api::object::TFJobObject;
 
-use crate::support::{KilledOnDrop, http_get};
+use crate::support::{RunningSandbox, http_get};
 
 const KEYWORDS: &[&str] = &[
     "by",
@@ -217,49 +215,9 @@ fn sample_names(page: &str) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_metric_a_dashboard_names_is_on_the_sandboxs_aggregated_metrics_page() {
     let wanted = dashboard_metrics();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = dir.path().join("sandbox.kubeconfig");
     let port = crate::support::free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
-        .args([
-            "sandbox",
-            "--nodes",
-            "18",
-            "--ui-port",
-            &port.to_string(),
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig)
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gpufleet sandbox starts");
-    let mut sandbox = KilledOnDrop {
-        child,
-        name: "gpufleet sandbox",
-    };
-    let stderr = sandbox.child.stderr.take().expect("stderr piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the sandbox says it is running within 120 s");
-        if line.contains("running; Ctrl-C stops the sandbox") {
-            break;
-        }
-    }
-    let client = kube_sim::lane::client_from_kubeconfig(&kubeconfig)
-        .await
-        .expect("a client for the sandbox");
+    let mut sandbox = RunningSandbox::start(&["--nodes", "18", "--ui-port", &port.to_string()]);
+    let client = sandbox.client().await;
     let jobs: Api<TFJobObject> = Api::namespaced(client, "default");
     for job in [
         job("metrics-succeeds", "Never", "0"),
@@ -299,6 +257,6 @@ async fn every_metric_a_dashboard_names_is_on_the_sandboxs_aggregated_metrics_pa
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert_eq!(missing, 0);
-    let status = sandbox.terminate().await;
+    let status = sandbox.process.terminate().await;
     assert!(status.success(), "{status}");
 }

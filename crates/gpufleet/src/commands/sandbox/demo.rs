@@ -20,7 +20,7 @@ use tfjob::api::object::TFJobObject;
 use super::device_plugin::current_assignment;
 use super::fleet;
 use super::nvidia_smi;
-use super::state::FleetState;
+use super::state::{FleetState, is_assigned, owned_by_tfjob};
 
 /// What the demo works with.
 pub struct Context {
@@ -96,24 +96,14 @@ pub async fn run(context: &Context) -> bool {
 type StepFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Result<Vec<String>, String>> + 'a>>;
 
 /// Polls `probe` until it answers Ok or the timeout passes (then its
-/// last complaint is the failure).
+/// last complaint, prefixed with `what`, is the failure).
 async fn eventually<T>(
     what: &str,
     mut probe: impl FnMut() -> Result<T, String>,
 ) -> Result<T, String> {
-    let deadline = Instant::now() + CHECK_TIMEOUT;
-    loop {
-        match probe() {
-            Ok(value) => return Ok(value),
-            Err(complaint) if Instant::now() >= deadline => {
-                return Err(format!(
-                    "{what}: not within {} s: {complaint}",
-                    CHECK_TIMEOUT.as_secs()
-                ));
-            }
-            Err(_) => tokio::time::sleep(POLL).await,
-        }
-    }
+    eventually_async(|| std::future::ready(probe()))
+        .await
+        .map_err(|complaint| format!("{what}: {complaint}"))
 }
 
 fn labels(node: &Node) -> BTreeMap<String, String> {
@@ -402,16 +392,7 @@ fn job_pods(state: &FleetState) -> Vec<std::sync::Arc<Pod>> {
         .pods
         .state()
         .into_iter()
-        .filter(|pod| {
-            pod.metadata
-                .owner_references
-                .as_ref()
-                .is_some_and(|owners| {
-                    owners
-                        .iter()
-                        .any(|owner| owner.kind == tfjob::api::KIND && owner.name == TFJOB_NAME)
-                })
-        })
+        .filter(|pod| owned_by_tfjob(pod, TFJOB_NAME))
         .collect()
 }
 
@@ -440,12 +421,10 @@ async fn tfjob_succeeds(context: &Context) -> Result<Vec<String>, String> {
                     .as_ref()
                     .and_then(|spec| spec.node_name.clone())
                     .ok_or(format!("pod {name} is not scheduled"))?;
-                let on_gpu_node = state.nodes.get(&node).is_some_and(|node| {
-                    labels(&node)
-                        .get(mokka::api::LABEL_SGPU_ASSIGNED)
-                        .map(String::as_str)
-                        == Some("true")
-                });
+                let on_gpu_node = state
+                    .nodes
+                    .get(&node)
+                    .is_some_and(|node| is_assigned(&node));
                 if !on_gpu_node {
                     return Err(format!(
                         "pod {name} runs on {node}, which is not an assigned GPU Node"

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::fleet::DEVICE_PLUGIN_NAMESPACE;
 use super::nvidia_smi;
 use super::runtime::{Inputs, NodeAssignment, node_assignment};
-use super::state::FleetState;
+use super::state::{FleetState, is_assigned};
 
 /// Upstream gpuid's default `LABEL_SELECTOR` is `app=<this>`.
 pub const APP_LABEL: &str = "nvidia-device-plugin-daemonset";
@@ -59,14 +59,7 @@ fn device_plugin_pod(node: &str) -> Pod {
 fn assigned_nodes(nodes: &[Arc<Node>]) -> BTreeSet<String> {
     nodes
         .iter()
-        .filter(|node| node.metadata.deletion_timestamp.is_none())
-        .filter(|node| {
-            node.metadata
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get(mokka::api::LABEL_SGPU_ASSIGNED))
-                .is_some_and(|value| value == "true")
-        })
+        .filter(|node| node.metadata.deletion_timestamp.is_none() && is_assigned(node))
         .filter_map(|node| node.metadata.name.clone())
         .collect()
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use gpuid::collect::node_state::NodeKeys;
 
 use super::fleet;
-use super::state::FleetState;
+use super::state::{FleetState, is_assigned};
 
 /// One progress line.
 pub fn step(text: String) {
@@ -38,16 +38,7 @@ impl Counts {
             .collect();
         let gpus = bound_slots.iter().map(|slot| slot.gpus.len()).sum();
         let nodes = state.nodes.state();
-        let projected = nodes
-            .iter()
-            .filter(|node| {
-                node.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|labels| labels.get(mokka::api::LABEL_SGPU_ASSIGNED))
-                    .is_some_and(|value| value == "true")
-            })
-            .count();
+        let projected = nodes.iter().filter(|node| is_assigned(node)).count();
         let exported_at = keys.state_annotation("exported-at");
         let inventoried = nodes
             .iter()

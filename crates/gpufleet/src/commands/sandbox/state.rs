@@ -14,6 +14,29 @@ use tfjob::api::object::TFJobObject;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// Whether Mokka projected the Node as assigned
+/// (`mokka.nvidia.com/sgpu-assigned=true`).
+pub fn is_assigned(node: &Node) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(mokka::api::LABEL_SGPU_ASSIGNED))
+        .is_some_and(|value| value == "true")
+}
+
+/// Whether the pod belongs to TFJob `job` (the operator's controller
+/// owner reference).
+pub fn owned_by_tfjob(pod: &Pod, job: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|owners| {
+            owners
+                .iter()
+                .any(|owner| owner.kind == tfjob::api::KIND && owner.name == job)
+        })
+}
+
 /// The watched objects. Clones share the same caches.
 #[derive(Clone)]
 pub struct FleetState {

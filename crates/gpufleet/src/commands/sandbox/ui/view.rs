@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::super::device_plugin::current_assignment;
 use super::super::nvidia_smi;
-use super::super::state::FleetState;
+use super::super::state::{FleetState, owned_by_tfjob};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FleetView {
@@ -182,16 +182,7 @@ fn jobs(state: &FleetState) -> Vec<JobView> {
             let owned = pods
                 .iter()
                 .filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace.as_str()))
-                .filter(|pod| {
-                    pod.metadata
-                        .owner_references
-                        .as_ref()
-                        .is_some_and(|owners| {
-                            owners
-                                .iter()
-                                .any(|o| o.kind == tfjob::api::KIND && o.name == name)
-                        })
-                })
+                .filter(|pod| owned_by_tfjob(pod, &name))
                 .map(|pod| {
                     let node = pod
                         .spec
