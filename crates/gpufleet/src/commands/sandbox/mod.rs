@@ -151,7 +151,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
             ))),
         },
         () = shutdown.cancelled() => Some(Ok(true)),
-        failed = next_failure(&mut tasks) => Some(Err(failed)),
+        failed = next_failure(&mut tasks, &shutdown) => Some(Err(failed)),
     };
     let outcome = match outcome {
         Some(done) => done,
@@ -170,13 +170,20 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
                 tokio::select! {
                     passed = demo::run(&context) => Ok(passed),
                     () = shutdown.cancelled() => Ok(false),
-                    failed = next_failure(&mut tasks) => Err(failed),
+                    failed = next_failure(&mut tasks, &shutdown) => Err(failed),
                 }
             } else {
                 progress::step("running; Ctrl-C stops the sandbox".to_string());
+                {
+                    let (state, keys, stop) = (state.clone(), gpuid.node_keys(), shutdown.clone());
+                    tasks.spawn(async move {
+                        progress::report_changes(state, keys, stop).await;
+                        ("progress", Ok(()))
+                    });
+                }
                 tokio::select! {
                     () = shutdown.cancelled() => Ok(true),
-                    failed = next_failure(&mut tasks) => Err(failed),
+                    failed = next_failure(&mut tasks, &shutdown) => Err(failed),
                 }
             }
         }
@@ -203,13 +210,26 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     outcome
 }
 
-/// The first task that ends: every task runs until shutdown, so one that
-/// ends earlier has failed.
-async fn next_failure(tasks: &mut JoinSet<(&'static str, anyhow::Result<()>)>) -> anyhow::Error {
-    match tasks.join_next().await {
+/// The first task that ends before shutdown: every task runs until
+/// shutdown, so one that ends earlier has failed. Once shutdown has begun,
+/// tasks ending is expected and this waits forever (the shutdown branch of
+/// the caller's select wins).
+async fn next_failure(
+    tasks: &mut JoinSet<(&'static str, anyhow::Result<()>)>,
+    shutdown: &CancellationToken,
+) -> anyhow::Error {
+    let failure = match tasks.join_next().await {
         Some(Ok((name, Err(error)))) => error.context(format!("{name} failed")),
         Some(Ok((name, Ok(())))) => anyhow::anyhow!("{name} stopped unexpectedly"),
         Some(Err(error)) => anyhow::anyhow!("a sandbox task panicked or was cancelled: {error}"),
-        None => std::future::pending().await,
+        None => return std::future::pending().await,
+    };
+    if shutdown.is_cancelled() {
+        tracing::debug!(
+            error = format!("{failure:#}"),
+            "a sandbox task ended during shutdown"
+        );
+        return std::future::pending().await;
     }
+    failure
 }

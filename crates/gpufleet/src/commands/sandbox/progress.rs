@@ -2,6 +2,7 @@
 //! gpuid's NDJSON records by default), start-up progress read from the
 //! watch caches, and the summary with how to connect.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use gpuid::collect::node_state::NodeKeys;
 
 use super::fleet;
 use super::state::{FleetState, is_assigned};
+use super::ui::view::FleetView;
 
 /// One progress line.
 pub fn step(text: String) {
@@ -161,4 +163,168 @@ pub fn summary(state: &FleetState, kubeconfig: &Path, ui_url: &str, elapsed: Dur
         kubeconfig.display(),
         fleet::DEVICE_PLUGIN_NAMESPACE,
     );
+}
+
+/// What the running sandbox reports when it changes: TFJob phases, GPU
+/// states, Nodes and bindings. Pure over two snapshots of the fleet view.
+pub fn changes(before: &FleetView, after: &FleetView) -> Vec<String> {
+    let mut lines = Vec::new();
+    let bound = |view: &FleetView| {
+        view.racks
+            .iter()
+            .flat_map(|rack| &rack.slots)
+            .filter(|slot| slot.node.is_some())
+            .count()
+    };
+    if before.nodes != after.nodes || bound(before) != bound(after) {
+        lines.push(format!(
+            "Nodes {} → {}, bound to rack slots {} → {}",
+            before.nodes,
+            after.nodes,
+            bound(before),
+            bound(after)
+        ));
+    }
+    let gpu_states = |view: &FleetView| -> BTreeMap<String, (String, String)> {
+        view.racks
+            .iter()
+            .flat_map(|rack| {
+                rack.slots.iter().flat_map(move |slot| {
+                    slot.gpus.iter().map(move |gpu| {
+                        let place = format!(
+                            "{} rack {} slot {} GPU {} on {}",
+                            rack.group,
+                            rack.index,
+                            slot.index,
+                            gpu.index,
+                            slot.node.as_deref().unwrap_or("no Node")
+                        );
+                        (gpu.uuid.clone(), (gpu.state.to_string(), place))
+                    })
+                })
+            })
+            .collect()
+    };
+    let old_gpus = gpu_states(before);
+    for (uuid, (state, place)) in gpu_states(after) {
+        if let Some((old, _)) = old_gpus.get(&uuid)
+            && *old != state
+            && old != "unbound"
+            && state != "unbound"
+        {
+            lines.push(format!("GPU {uuid} ({place}): {old} → {state}"));
+        }
+    }
+    let old_jobs: BTreeMap<(String, String), &str> = before
+        .tfjobs
+        .iter()
+        .map(|job| {
+            (
+                (job.namespace.clone(), job.name.clone()),
+                job.phase.as_str(),
+            )
+        })
+        .collect();
+    for job in &after.tfjobs {
+        let key = (job.namespace.clone(), job.name.clone());
+        if old_jobs.get(&key) != Some(&job.phase.as_str()) {
+            let nodes: BTreeSet<&str> = job.pods.values().map(|(node, _)| node.as_str()).collect();
+            lines.push(format!(
+                "TFJob {}/{}: {} ({} pods on {})",
+                job.namespace,
+                job.name,
+                job.phase,
+                job.pods.len(),
+                if nodes.is_empty() {
+                    "no Node yet".to_string()
+                } else {
+                    nodes.into_iter().collect::<Vec<_>>().join(", ")
+                }
+            ));
+        }
+    }
+    lines
+}
+
+/// Prints [`changes`] as they happen, until `stop`.
+pub async fn report_changes(
+    state: FleetState,
+    keys: NodeKeys,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut updates = state.subscribe();
+    let mut last = FleetView::of(&state, &keys);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = updates.changed() => if changed.is_err() { return },
+        }
+        // Coalesce a burst (a TFJob's pods, a policy's GPUs) into one report.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = FleetView::of(&state, &keys);
+        for line in changes(&last, &now) {
+            step(line);
+        }
+        last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::sandbox::ui::view::{GpuView, JobView, RackView, SlotView};
+
+    fn view(state: &'static str, phase: &str, node: Option<&str>) -> FleetView {
+        FleetView {
+            racks: vec![RackView {
+                name: "r".into(),
+                group: "nvl72".into(),
+                index: 0,
+                chassis_serial: "1".into(),
+                slots: vec![SlotView {
+                    index: 2,
+                    node: node.map(Into::into),
+                    inventoried_at: None,
+                    gpus: vec![GpuView {
+                        index: 1,
+                        uuid: "GPU-a".into(),
+                        serial: "1".into(),
+                        state,
+                        celsius: None,
+                    }],
+                }],
+            }],
+            nodes: 1,
+            gpus: 1,
+            tfjobs: vec![JobView {
+                namespace: "default".into(),
+                name: "j".into(),
+                phase: phase.into(),
+                pods: [(
+                    "j-worker-0".to_string(),
+                    ("n1".to_string(), "Running".to_string()),
+                )]
+                .into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn gpu_state_job_phase_and_binding_changes_are_reported_once_each() {
+        let before = view("healthy", "Created", Some("n1"));
+        let after = view("lost", "Running", Some("n1"));
+        assert_eq!(
+            changes(&before, &after),
+            vec![
+                "GPU GPU-a (nvl72 rack 0 slot 2 GPU 1 on n1): healthy → lost".to_string(),
+                "TFJob default/j: Running (1 pods on n1)".to_string(),
+            ]
+        );
+        assert!(changes(&after, &after).is_empty());
+        let released = view("unbound", "Running", None);
+        assert_eq!(
+            changes(&after, &released),
+            vec!["Nodes 1 → 1, bound to rack slots 1 → 0".to_string()]
+        );
+    }
 }
