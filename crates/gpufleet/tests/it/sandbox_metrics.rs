@@ -229,7 +229,7 @@ async fn every_metric_a_dashboard_names_is_on_the_sandboxs_aggregated_metrics_pa
             .expect("TFJob created");
     }
 
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + Duration::from_secs(180);
     let missing = loop {
         let page = tokio::task::spawn_blocking(move || http_get(port, "/metrics"))
             .await

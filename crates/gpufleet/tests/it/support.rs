@@ -260,7 +260,7 @@ impl RunningSandbox {
             name: "gpufleet sandbox",
         };
         let stderr = pipe_lines(process.child.stderr.take().expect("stderr is piped"));
-        let seen = wait_for_line(&stderr, "fleet view:", Duration::from_secs(120));
+        let seen = wait_for_line(&stderr, "fleet view:", Duration::from_secs(240));
         let ui_url = seen
             .last()
             .and_then(|line| line.split_whitespace().find(|w| w.starts_with("http://")))

@@ -35,7 +35,7 @@ pub struct Context {
 }
 
 /// How long one check may take to come true.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+const CHECK_TIMEOUT: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(250);
 
 pub const TFJOB_NAME: &str = "demo-mnist";
