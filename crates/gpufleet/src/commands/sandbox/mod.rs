@@ -92,7 +92,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     tokio::spawn(controller_kit::telemetry::cancel_on_signal(
         shutdown.clone(),
     ));
-    let state = state::FleetState::new(&client)?;
+    let state = state::FleetState::new(&client, true)?;
     let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
     {
         let state = state.clone();
@@ -133,8 +133,8 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     let ui = ui::bind(args.ui_port).await?;
     let ui_url = format!("http://{}/", ui.local_addr);
     {
-        let (state, stop, keys) = (state.clone(), shutdown.clone(), gpuid.node_keys());
-        tasks.spawn(async move { ("fleet view", ui.serve(state, keys, registries, stop).await) });
+        let (state, stop) = (state.clone(), shutdown.clone());
+        tasks.spawn(async move { ("fleet view", ui.serve(state, Some(registries), stop).await) });
     }
 
     let watch = progress::Startup {
@@ -176,9 +176,9 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
             } else {
                 progress::step("running; Ctrl-C stops the sandbox".to_string());
                 {
-                    let (state, keys, stop) = (state.clone(), gpuid.node_keys(), shutdown.clone());
+                    let (state, stop) = (state.clone(), shutdown.clone());
                     tasks.spawn(async move {
-                        progress::report_changes(state, keys, stop).await;
+                        progress::report_changes(state, stop).await;
                         ("progress", Ok(()))
                     });
                 }

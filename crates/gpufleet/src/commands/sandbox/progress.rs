@@ -247,13 +247,9 @@ pub fn changes(before: &FleetView, after: &FleetView) -> Vec<String> {
 }
 
 /// Prints [`changes`] as they happen, until `stop`.
-pub async fn report_changes(
-    state: FleetState,
-    keys: NodeKeys,
-    stop: tokio_util::sync::CancellationToken,
-) {
+pub async fn report_changes(state: FleetState, stop: tokio_util::sync::CancellationToken) {
     let mut updates = state.subscribe();
-    let mut last = FleetView::of(&state, &keys);
+    let mut last = FleetView::of(&state);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -261,7 +257,7 @@ pub async fn report_changes(
         }
         // Coalesce a burst (a TFJob's pods, a policy's GPUs) into one report.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = FleetView::of(&state, &keys);
+        let now = FleetView::of(&state);
         for line in changes(&last, &now) {
             step(line);
         }
@@ -296,6 +292,7 @@ mod tests {
             }],
             nodes: 1,
             gpus: 1,
+            tfjobs_watched: true,
             tfjobs: vec![JobView {
                 namespace: "default".into(),
                 name: "j".into(),

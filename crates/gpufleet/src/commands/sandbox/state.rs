@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use controller_kit::caches::DetachedStore;
 use controller_kit::{CachedStore, Caches, StoreOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -47,13 +48,17 @@ pub struct FleetState {
     pub policies: CachedStore<SGPURuntimePolicy>,
     pub pods: CachedStore<Pod>,
     pub tfjobs: CachedStore<TFJobObject>,
+    /// Whether pods and TFJobs are watched (`gpufleet mokka --ui` watches
+    /// only what Mokka's RBAC lets it read; their stores stay empty).
+    pub workloads: bool,
     caches: Caches,
     changes: watch::Sender<u64>,
 }
 
 impl FleetState {
     /// Registers the caches; nothing is watched until [`FleetState::run`].
-    pub fn new(client: &kube::Client) -> anyhow::Result<FleetState> {
+    /// `workloads`: watch pods and TFJobs too.
+    pub fn new(client: &kube::Client, workloads: bool) -> anyhow::Result<FleetState> {
         let caches = Caches::new();
         let (changes, _) = watch::channel(0u64);
         let config = watcher::Config::default;
@@ -89,20 +94,28 @@ impl FleetState {
             config(),
             StoreOptions::default(),
         )?;
-        let pods = caches.add(
-            "sandbox-pods",
-            Api::<Pod>::all(client.clone()),
-            config(),
-            StoreOptions::default().transform(|pod: &mut Pod| {
-                pod.metadata.managed_fields = None;
-            }),
-        )?;
-        let tfjobs = caches.add(
-            "sandbox-tfjobs",
-            Api::<TFJobObject>::all(client.clone()),
-            config(),
-            StoreOptions::default(),
-        )?;
+        let (pods, tfjobs) = if workloads {
+            let pods = caches.add(
+                "sandbox-pods",
+                Api::<Pod>::all(client.clone()),
+                config(),
+                StoreOptions::default().transform(|pod: &mut Pod| {
+                    pod.metadata.managed_fields = None;
+                }),
+            )?;
+            let tfjobs = caches.add(
+                "sandbox-tfjobs",
+                Api::<TFJobObject>::all(client.clone()),
+                config(),
+                StoreOptions::default(),
+            )?;
+            (pods, tfjobs)
+        } else {
+            (
+                DetachedStore::new("unwatched-pods", StoreOptions::default()).reader(),
+                DetachedStore::new("unwatched-tfjobs", StoreOptions::default()).reader(),
+            )
+        };
         let state = FleetState {
             nodes,
             racks,
@@ -111,6 +124,7 @@ impl FleetState {
             policies,
             pods,
             tfjobs,
+            workloads,
             caches,
             changes,
         };

@@ -50,7 +50,9 @@ pub fn main(view: &FleetView) -> String {
         view.tfjobs.len(),
     );
     html.push_str("<section class=\"jobs\"><h2>TFJobs</h2>");
-    if view.tfjobs.is_empty() {
+    if !view.tfjobs_watched {
+        html.push_str("<p class=\"none\">not watched here (this view is served by the Mokka control plane, which reads no pods or TFJobs)</p>");
+    } else if view.tfjobs.is_empty() {
         html.push_str("<p class=\"none\">no TFJobs</p>");
     }
     for job in &view.tfjobs {
@@ -177,6 +179,7 @@ mod tests {
             }],
             nodes: 1,
             gpus: 1,
+            tfjobs_watched: true,
             tfjobs: vec![],
         };
         let html = page(&view);

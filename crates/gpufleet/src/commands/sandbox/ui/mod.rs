@@ -18,7 +18,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Json};
 use axum::routing::get;
 use futures::Stream;
-use gpuid::collect::node_state::NodeKeys;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -37,10 +36,14 @@ pub struct UiServer {
 
 /// Binds 127.0.0.1:`port` (0: a free port).
 pub async fn bind(port: u16) -> anyhow::Result<UiServer> {
-    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    bind_address(SocketAddr::from(([127, 0, 0, 1], port))).await
+}
+
+/// Binds `address` (`gpufleet mokka --ui`).
+pub async fn bind_address(address: SocketAddr) -> anyhow::Result<UiServer> {
     let listener = TcpListener::bind(address)
         .await
-        .with_context(|| format!("cannot listen on {address} for the fleet view (--ui-port)"))?;
+        .with_context(|| format!("cannot listen on {address} for the fleet view"))?;
     let local_addr = listener
         .local_addr()
         .context("reading the fleet view's address")?;
@@ -53,8 +56,8 @@ pub async fn bind(port: u16) -> anyhow::Result<UiServer> {
 #[derive(Clone)]
 struct Shared {
     state: FleetState,
-    keys: NodeKeys,
-    registries: Registries,
+    /// The controllers whose metrics `/metrics` serves (None: no `/metrics`).
+    registries: Option<Registries>,
     stop: CancellationToken,
 }
 
@@ -63,13 +66,11 @@ impl UiServer {
     pub async fn serve(
         self,
         state: FleetState,
-        keys: NodeKeys,
-        registries: Registries,
+        registries: Option<Registries>,
         stop: CancellationToken,
     ) -> anyhow::Result<()> {
         let router = router(Shared {
             state,
-            keys,
             registries,
             stop: stop.clone(),
         });
@@ -90,15 +91,18 @@ fn router(shared: Shared) -> Router {
 }
 
 async fn page(State(shared): State<Shared>) -> impl IntoResponse {
-    Html(html::page(&FleetView::of(&shared.state, &shared.keys)))
+    Html(html::page(&FleetView::of(&shared.state)))
 }
 
 async fn fleet_json(State(shared): State<Shared>) -> impl IntoResponse {
-    Json(FleetView::of(&shared.state, &shared.keys))
+    Json(FleetView::of(&shared.state))
 }
 
 async fn metrics(State(shared): State<Shared>) -> axum::response::Response {
-    match super::metrics::encode(&shared.registries) {
+    let Some(registries) = &shared.registries else {
+        return axum::http::StatusCode::NOT_FOUND.into_response();
+    };
+    match super::metrics::encode(registries) {
         Ok(page) => (
             [(
                 axum::http::header::CONTENT_TYPE,
@@ -118,7 +122,7 @@ async fn events(
     let stream = async_stream(move |sender| async move {
         let mut last: Option<FleetView> = None;
         loop {
-            let view = FleetView::of(&shared.state, &shared.keys);
+            let view = FleetView::of(&shared.state);
             if last.as_ref() != Some(&view) {
                 let event = Event::default().event("fleet").data(html::main(&view));
                 if sender.send(Ok(event)).await.is_err() {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuid::collect::node_state::{NodeKeys, StoredState};
+use gpuid::collect::DEFAULT_LABEL_PREFIX;
 use mokka::api::DeviceState;
 use serde::Serialize;
 
@@ -17,6 +17,8 @@ pub struct FleetView {
     pub racks: Vec<RackView>,
     pub nodes: usize,
     pub gpus: usize,
+    /// False where pods and TFJobs are not watched (`gpufleet mokka --ui`).
+    pub tfjobs_watched: bool,
     pub tfjobs: Vec<JobView>,
 }
 
@@ -67,7 +69,7 @@ pub fn state_word(state: DeviceState) -> &'static str {
 }
 
 impl FleetView {
-    pub fn of(state: &FleetState, keys: &NodeKeys) -> FleetView {
+    pub fn of(state: &FleetState) -> FleetView {
         let mut racks: Vec<RackView> = state
             .racks
             .state()
@@ -77,7 +79,7 @@ impl FleetView {
                     .spec
                     .nodes
                     .iter()
-                    .map(|slot| slot_view(state, keys, slot))
+                    .map(|slot| slot_view(state, slot))
                     .collect();
                 RackView {
                     name: rack.metadata.name.clone().unwrap_or_default(),
@@ -98,12 +100,24 @@ impl FleetView {
             racks,
             nodes: state.nodes.len(),
             gpus,
+            tfjobs_watched: state.workloads,
             tfjobs: jobs(state),
         }
     }
 }
 
-fn slot_view(state: &FleetState, keys: &NodeKeys, slot: &mokka::api::RackNode) -> SlotView {
+/// gpuid's latest export of a Node to any destination: the newest
+/// `<prefix>/<exporter>.exported-at` annotation under gpuid's default prefix.
+pub fn last_inventory(annotations: &BTreeMap<String, String>) -> Option<jiff::Timestamp> {
+    let prefix = format!("{DEFAULT_LABEL_PREFIX}/");
+    annotations
+        .iter()
+        .filter(|(key, _)| key.starts_with(&prefix) && key.ends_with(".exported-at"))
+        .filter_map(|(_, value)| value.parse::<jiff::Timestamp>().ok())
+        .max()
+}
+
+fn slot_view(state: &FleetState, slot: &mokka::api::RackNode) -> SlotView {
     let node = slot.node_ref.as_ref().map(|node_ref| node_ref.name.clone());
     let assignment = node
         .as_deref()
@@ -111,10 +125,7 @@ fn slot_view(state: &FleetState, keys: &NodeKeys, slot: &mokka::api::RackNode) -
     let inventoried_at = node
         .as_deref()
         .and_then(|name| state.nodes.get(name))
-        .and_then(|node| {
-            let annotations = node.metadata.annotations.clone().unwrap_or_default();
-            StoredState::from_annotations(keys, &annotations).exported_at
-        })
+        .and_then(|node| last_inventory(&node.metadata.annotations.clone().unwrap_or_default()))
         .map(|at| at.to_string());
     let mut gpus: Vec<GpuView> = slot
         .gpus
@@ -207,4 +218,36 @@ fn jobs(state: &FleetState) -> Vec<JobView> {
         .collect();
     jobs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_inventory_is_the_newest_export_to_any_destination() {
+        let annotations: BTreeMap<String, String> = [
+            (
+                "gpuid.gpufleet.dev/stdout-0123456789.exported-at",
+                "2026-12-01T17:00:00Z",
+            ),
+            (
+                "gpuid.gpufleet.dev/postgres-abcdef0123.exported-at",
+                "2026-12-01T18:00:00Z",
+            ),
+            (
+                "gpuid.gpufleet.dev/stdout-0123456789.inventory-hash",
+                "2026-12-01T19:00:00Z",
+            ),
+            ("other.example/x.exported-at", "2026-12-01T20:00:00Z"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(
+            last_inventory(&annotations).map(|t| t.to_string()),
+            Some("2026-12-01T18:00:00Z".to_string())
+        );
+        assert_eq!(last_inventory(&BTreeMap::new()), None);
+    }
 }
