@@ -46,6 +46,10 @@ pub enum Command {
     /// The Mokka simulated-GPU control plane (upstream's control-plane
     /// flags), or `mokka render`.
     Mokka(Box<crate::commands::mokka::MokkaArgs>),
+    /// The whole control plane on one machine: kube-sim with a simulated
+    /// GB300 NVL72 fleet, Mokka, gpuid and the TFJob operator in-process,
+    /// and a live fleet view in the browser. Ctrl-C stops it.
+    Sandbox(Box<crate::commands::sandbox::SandboxArgs>),
 }
 
 #[derive(Debug, Args)]

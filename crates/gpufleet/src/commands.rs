@@ -4,6 +4,7 @@
 pub mod gpuid;
 pub mod mokka;
 pub mod mokka_render;
+pub mod sandbox;
 pub mod tfjob;
 
 use std::io::Write;

@@ -33,6 +33,14 @@ fn main() -> std::process::ExitCode {
             Some(false) => (cli::LogFormat::Text, cli.log_level),
             None => (cli.log_format, cli.log_level),
         },
+        // Three controllers' info lines would bury the sandbox's progress;
+        // an explicit --log-level or LOG_LEVEL still wins.
+        cli::Command::Sandbox(_)
+            if matches.value_source("log_level")
+                == Some(clap::parser::ValueSource::DefaultValue) =>
+        {
+            (cli.log_format, controller_kit::telemetry::LogLevel::Warn)
+        }
         _ => (cli.log_format, cli.log_level),
     };
     if let Err(e) = logging::init(log_format, log_level) {
@@ -69,6 +77,15 @@ fn main() -> std::process::ExitCode {
                 return Ok(commands::gpuid::run(args).await);
             }
             cli::Command::Tfjob(args) => commands::tfjob::main(*args).await,
+            cli::Command::Sandbox(args) => {
+                return commands::sandbox::run(*args).await.map(|passed| {
+                    if passed {
+                        std::process::ExitCode::SUCCESS
+                    } else {
+                        std::process::ExitCode::FAILURE
+                    }
+                });
+            }
             cli::Command::Mokka(args) => match *args {
                 commands::mokka::MokkaArgs {
                     command: Some(commands::mokka::MokkaCommand::Render(render)),

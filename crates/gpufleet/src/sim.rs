@@ -71,7 +71,7 @@ fn reload(path: &std::path::Path, rules: &RwLock<ExecRules>) {
 }
 
 /// Written to a temporary file first so a reader never sees half a file.
-fn write_kubeconfig(path: &std::path::Path, yaml: &str) -> anyhow::Result<()> {
+pub(crate) fn write_kubeconfig(path: &std::path::Path, yaml: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, yaml)
         .with_context(|| format!("writing kubeconfig to {}", tmp.display()))?;

@@ -103,6 +103,13 @@ pub struct RunArgs {
     /// Accepted for compatibility with upstream's chart; no gate exists yet.
     #[arg(long, default_value = "")]
     pub feature_gates: String,
+    /// gpufleet's fleet view (racks, their Nodes, each GPU's state,
+    /// temperature and serial, gpuid's last inventory per Node, live) on
+    /// this host:port, e.g. 127.0.0.1:8090. Off by default; upstream has
+    /// no such page. It reads only what the control plane's RBAC grants
+    /// (no pods, no TFJobs).
+    #[arg(long, env = "MOKKA_CP_UI_ADDR", value_name = "ADDR")]
+    pub ui: Option<String>,
 }
 
 /// A Go duration ("1m30s", "100ms", "-1s"), in nanoseconds.
@@ -151,6 +158,8 @@ pub fn parse_go_duration(text: &str) -> Result<i128, String> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// The fleet view's address (`--ui`), if any.
+    pub ui: Option<SocketAddr>,
     pub shutdown_timeout: Duration,
     pub kubeconfig: Option<PathBuf>,
     pub election: LeaderElectionConfig,
@@ -184,17 +193,17 @@ fn to_std(nanos: i128) -> Duration {
 
 /// `":8080"` listens on every interface, as Go's net/http.
 fn listen_address(text: &str) -> Result<SocketAddr, ConfigError> {
+    socket_address("--listen-addr", text)
+}
+
+fn socket_address(flag: &'static str, text: &str) -> Result<SocketAddr, ConfigError> {
     let full = if text.starts_with(':') {
         format!("0.0.0.0{text}")
     } else {
         text.to_string()
     };
-    full.parse().map_err(|_| {
-        error(
-            "--listen-addr",
-            format!("{text:?} is not a host:port address"),
-        )
-    })
+    full.parse()
+        .map_err(|_| error(flag, format!("{text:?} is not a host:port address")))
 }
 
 impl Config {
@@ -288,6 +297,10 @@ impl Config {
         }
         Ok(Config {
             listen: listen_address(&args.listen_addr)?,
+            ui: match args.ui.as_deref() {
+                Some(text) if !text.is_empty() => Some(socket_address("--ui", text)?),
+                _ => None,
+            },
             shutdown_timeout: to_std(shutdown),
             kubeconfig: (!args.kubeconfig.is_empty()).then(|| PathBuf::from(&args.kubeconfig)),
             election,
@@ -390,32 +403,113 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::warn!(gates = %args.feature_gates, "--feature-gates has no gates yet; ignored");
     }
     let client = client(&config).await?;
-    let controller = Arc::new(MokkaController::new(client, config.options)?);
     let shutdown = CancellationToken::new();
     tokio::spawn(telemetry::cancel_on_signal(shutdown.clone()));
-    let admin = AdminServer::new(controller.readiness(), controller.registry());
-    let server_stop = CancellationToken::new();
-    let mut server = tokio::spawn(admin.bind_and_serve(config.listen, server_stop.clone()));
-    tracing::info!(listen = %config.listen, lease = %format!("{}/{}", config.election.namespace, config.election.name), "starting Mokka control plane");
-    let controller_run = Arc::clone(&controller).run(config.election.clone(), shutdown.clone());
-    // The server and the controller stop together: either one ending stops the other.
-    let result = tokio::select! {
-        result = controller_run => result.map_err(anyhow::Error::from),
-        served = &mut server => {
-            shutdown.cancel();
-            match served {
-                Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP server stopped")),
-                Ok(Err(error)) => Err(anyhow::Error::from(error).context("serving --listen-addr")),
-                Err(error) => Err(anyhow::anyhow!("the HTTP server task failed: {error}")),
+    if let Some(address) = config.ui {
+        serve_fleet_view(&client, address, shutdown.clone()).await?;
+    }
+    run_with_client(
+        client,
+        ControlPlane {
+            options: config.options,
+            election: config.election,
+            admin: Some(config.listen),
+            shutdown_timeout: config.shutdown_timeout,
+        },
+        shutdown,
+    )
+    .await
+}
+
+/// `--ui`: the sandbox's fleet view over this replica's client, watching
+/// the Mokka objects and Nodes only; it stops with the control plane.
+async fn serve_fleet_view(
+    client: &kube::Client,
+    address: SocketAddr,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    use crate::commands::sandbox::{state::FleetState, ui};
+    let state = FleetState::new(client, false)?;
+    let server = ui::bind_address(address).await?;
+    tracing::info!(address = %server.local_addr, "serving the fleet view (--ui)");
+    {
+        let (state, stop) = (state.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(error) = state.run(stop).await {
+                tracing::error!(
+                    error = format!("{error:#}"),
+                    "the fleet view's caches stopped"
+                );
             }
+        });
+    }
+    tokio::spawn(async move {
+        if let Err(error) = server.serve(state, None, shutdown).await {
+            tracing::error!(error = format!("{error:#}"), "the fleet view stopped");
         }
+    });
+    Ok(())
+}
+
+/// What one control-plane replica runs with, once the client exists.
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    pub options: Options,
+    pub election: LeaderElectionConfig,
+    /// Where /healthz, /readyz and /metrics listen (None: not served).
+    pub admin: Option<SocketAddr>,
+    /// How long the admin server may drain at shutdown.
+    pub shutdown_timeout: Duration,
+}
+
+/// The control plane on a given client until `shutdown`: `gpufleet mokka`
+/// and `gpufleet sandbox` both run Mokka through here, so the sandbox
+/// exercises exactly what a cluster runs.
+pub async fn run_with_client(
+    client: kube::Client,
+    plane: ControlPlane,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let controller = Arc::new(MokkaController::new(client, plane.options)?);
+    run_controller(controller, plane, shutdown).await
+}
+
+/// [`run_with_client`] once the controller exists, for a caller that also
+/// reads its metrics registry (the sandbox's aggregated /metrics).
+pub async fn run_controller(
+    controller: Arc<MokkaController>,
+    plane: ControlPlane,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let server_stop = CancellationToken::new();
+    let mut server = plane.admin.map(|listen| {
+        let admin = AdminServer::new(controller.readiness(), controller.registry());
+        tokio::spawn(admin.bind_and_serve(listen, server_stop.clone()))
+    });
+    tracing::info!(listen = ?plane.admin, lease = %format!("{}/{}", plane.election.namespace, plane.election.name), "starting Mokka control plane");
+    let controller_run = Arc::clone(&controller).run(plane.election.clone(), shutdown.clone());
+    // The server and the controller stop together: either one ending stops the other.
+    let result = match server.as_mut() {
+        Some(server) => tokio::select! {
+            result = controller_run => result.map_err(anyhow::Error::from),
+            served = server => {
+                shutdown.cancel();
+                match served {
+                    Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP server stopped")),
+                    Ok(Err(error)) => Err(anyhow::Error::from(error).context("serving --listen-addr")),
+                    Err(error) => Err(anyhow::anyhow!("the HTTP server task failed: {error}")),
+                }
+            }
+        },
+        None => controller_run.await.map_err(anyhow::Error::from),
     };
     server_stop.cancel();
-    if tokio::time::timeout(config.shutdown_timeout, &mut server)
-        .await
-        .is_err()
+    if let Some(mut server) = server
+        && tokio::time::timeout(plane.shutdown_timeout, &mut server)
+            .await
+            .is_err()
     {
-        tracing::warn!(timeout = ?config.shutdown_timeout, "HTTP server did not drain in time");
+        tracing::warn!(timeout = ?plane.shutdown_timeout, "HTTP server did not drain in time");
         server.abort();
     }
     result

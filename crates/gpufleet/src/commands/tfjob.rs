@@ -304,24 +304,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         resync_period_seconds = args.resync_period.as_secs(),
         "starting the TFJob operator"
     );
-    let operator = Operator::new(client, config).context("setting up the TFJob operator")?;
     let shutdown = CancellationToken::new();
     tokio::spawn(controller_kit::telemetry::cancel_on_signal(
         shutdown.clone(),
     ));
-    let mut servers = Vec::new();
-    if let Some(address) = args.metrics_address() {
-        let admin = operator.admin_server();
-        servers.push(tokio::spawn(
-            admin.bind_and_serve(address, shutdown.clone()),
-        ));
-    }
-    if let Some(address) = args.health_probe_bind_address {
-        let probes = operator.admin_server();
-        servers.push(tokio::spawn(
-            probes.bind_and_serve(address, shutdown.clone()),
-        ));
-    }
+    let admin: Vec<SocketAddr> = args
+        .metrics_address()
+        .into_iter()
+        .chain(args.health_probe_bind_address)
+        .collect();
+    run_with_client(client, config, &admin, shutdown).await
+}
+
+/// The operator on a given client until `shutdown`: `gpufleet tfjob` and
+/// `gpufleet sandbox` both run it through here. Each `admin` address
+/// serves /healthz, /readyz and /metrics.
+pub async fn run_with_client(
+    client: kube::Client,
+    config: OperatorConfig,
+    admin: &[SocketAddr],
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let operator = Operator::new(client, config).context("setting up the TFJob operator")?;
+    run_operator(operator, admin, shutdown).await
+}
+
+/// [`run_with_client`] once the operator exists, for a caller that also
+/// reads its metrics registry (the sandbox's aggregated /metrics).
+pub async fn run_operator(
+    operator: Operator,
+    admin: &[SocketAddr],
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let servers: Vec<_> = admin
+        .iter()
+        .map(|address| {
+            let server = operator.admin_server();
+            tokio::spawn(server.bind_and_serve(*address, shutdown.clone()))
+        })
+        .collect();
     let result = operator.run(shutdown.clone()).await;
     shutdown.cancel();
     for server in servers {
@@ -334,7 +355,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     result.context("running the TFJob operator")
 }
 
-/// `gpufleet tfjob [convert FILE]`.
 pub async fn main(args: TfjobArgs) -> anyhow::Result<()> {
     match args.command {
         None => run(args.run).await,

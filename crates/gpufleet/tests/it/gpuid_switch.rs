@@ -23,15 +23,10 @@ use crate::gpuid_run::{
     GpuidRun, NODE, free_port, gpu_fleet, h100_capture, http_get, poll_http, poll_http_until,
     terminate, uuids,
 };
-use crate::support::line_reader;
+use crate::support::{line_reader, postgres, postgres_url};
 
 const PREFIX: &str = "gpuid.gpufleet.dev";
 const WAIT: Duration = Duration::from_secs(60);
-
-fn postgres_url() -> String {
-    std::env::var("GPUFLEET_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
 
 fn s3_endpoint() -> String {
     let endpoint = std::env::var("GPUFLEET_TEST_S3_ENDPOINT").unwrap_or_default();
@@ -40,19 +35,6 @@ fn s3_endpoint() -> String {
         "GPUFLEET_TEST_S3_ENDPOINT is not set: run the tests through scripts/test.sh, which starts moto_server and sets it"
     );
     endpoint.trim().trim_end_matches('/').to_owned()
-}
-
-async fn postgres() -> tokio_postgres::Client {
-    let url = postgres_url();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|error| {
-            panic!(
-                "PostgreSQL is required at {url} (run scripts/test.sh, which starts it): {error}"
-            )
-        });
-    tokio::spawn(connection);
-    client
 }
 
 /// One plain HTTP/1.1 request to moto (it accepts any well-formed

@@ -577,6 +577,144 @@ fn the_mokka_chart_installs_once_per_cluster_and_only_its_controller_writes_rack
             let _ = tools
                 .kubectl(&["delete", "namespace", namespace, "--wait=false"])
                 .output();
+
+/// The umbrella chart: the CRDs and the three controllers in one release,
+/// each under its own name prefix; `<name>.enabled=false` leaves one out.
+#[test]
+fn the_gpufleet_umbrella_chart_installs_the_crds_and_any_of_the_three_controllers() {
+    let helm = helm_path();
+    let deployments = [
+        "gpufleet-mokka-control-plane",
+        "gpufleet-gpuid",
+        "gpufleet-tfjob",
+    ];
+    match Lane::from_env().unwrap() {
+        Lane::Sim => {
+            let sim = SimServer::start();
+            sim.kubectl_ok(&["create", "namespace", "gpu-operator"]);
+            sim.kubectl_ok(&["create", "namespace", "gpufleet"]);
+            let rendered = run_ok(Command::new(&helm).args([
+                "template",
+                "gpufleet",
+                &chart("gpufleet"),
+                "--namespace",
+                "gpufleet",
+                "--include-crds",
+                "--set",
+                "gpuid.clusterName=sandbox-east",
+            ]));
+            let file = sim.dir.path().join("gpufleet-chart.yaml");
+            std::fs::write(&file, rendered).unwrap();
+            let applied =
+                sim.kubectl_ok(&["apply", "--validate=strict", "-f", &file.to_string_lossy()]);
+            for created in [
+                "customresourcedefinition.apiextensions.k8s.io/sgpuracks.mokka.nvidia.com created",
+                "customresourcedefinition.apiextensions.k8s.io/tfjobs.kubeflow.org created",
+                "deployment.apps/gpufleet-mokka-control-plane created",
+                "deployment.apps/gpufleet-gpuid created",
+                "deployment.apps/gpufleet-tfjob created",
+                "poddisruptionbudget.policy/gpufleet-mokka-control-plane created",
+                "validatingadmissionpolicy.admissionregistration.k8s.io/gpufleet-mokka-sgpurack-writes.mokka.nvidia.com created",
+            ] {
+                assert!(
+                    applied.contains(created),
+                    "{created} missing from:\n{applied}"
+                );
+            }
+            let cluster = sim.kubectl_ok(&[
+                "get",
+                "deployment",
+                "gpufleet-gpuid",
+                "-n",
+                "gpufleet",
+                "-o",
+                "jsonpath={.spec.template.spec.serviceAccountName} {.spec.template.spec.containers[0].env[?(@.name==\"CLUSTER_NAME\")].value}",
+            ]);
+            assert_eq!(cluster, "gpufleet-gpuid sandbox-east");
+            let without_tfjob = run_ok(Command::new(&helm).args([
+                "template",
+                "gpufleet",
+                &chart("gpufleet"),
+                "--namespace",
+                "gpufleet",
+                "--set",
+                "tfjob.enabled=false",
+            ]));
+            assert!(without_tfjob.contains("name: gpufleet-mokka-control-plane"));
+            assert!(
+                !without_tfjob.contains("name: gpufleet-tfjob"),
+                "{without_tfjob}"
+            );
+        }
+        Lane::Real(cluster) => {
+            let tools = RealLaneTools::new(helm, &cluster.admin_kubeconfig);
+            let namespace = "gpufleet-chart";
+            let helm_cmd = |args: &[&str]| tools.helm(args);
+            let kubectl = |args: &[&str]| tools.kubectl(args);
+            // Left over from an interrupted run.
+            let _ = helm_cmd(&["uninstall", "gpufleet-chart", "-n", namespace]).output();
+            // The lane runs deploy/mokka for the Mokka tests, so Mokka's
+            // singleton guard refuses a second control plane from the
+            // umbrella too; the release goes in with the other two.
+            let refused = helm_cmd(&[
+                "install",
+                "gpufleet-chart",
+                &chart("gpufleet"),
+                "--namespace",
+                namespace,
+                "--create-namespace",
+                "--dry-run=server",
+            ])
+            .output()
+            .expect("helm runs");
+            let refusal = String::from_utf8_lossy(&refused.stderr);
+            assert!(
+                !refused.status.success()
+                    && refusal.contains("Mokka control plane is already installed"),
+                "the umbrella must refuse a second Mokka: {refusal}"
+            );
+            let installed = run_ok(&mut helm_cmd(&[
+                "install",
+                "gpufleet-chart",
+                &chart("gpufleet"),
+                "--namespace",
+                namespace,
+                "--create-namespace",
+                "--set",
+                "mokka.enabled=false",
+                "--set",
+                "gpuid.replicas=1",
+            ]));
+            assert!(installed.contains("STATUS: deployed"), "{installed}");
+            let names = run_ok(&mut kubectl(&[
+                "get",
+                "deployments",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ]));
+            for deployment in &deployments[1..] {
+                assert!(names.contains(deployment), "{deployment} not in {names}");
+            }
+            assert!(!names.contains(deployments[0]), "{names}");
+            let crds = run_ok(&mut kubectl(&[
+                "get",
+                "crd",
+                "sgpuracks.mokka.nvidia.com",
+                "tfjobs.kubeflow.org",
+                "-o",
+                "name",
+            ]));
+            assert_eq!(crds.lines().count(), 2, "{crds}");
+            run_ok(&mut helm_cmd(&[
+                "uninstall",
+                "gpufleet-chart",
+                "-n",
+                namespace,
+                "--wait",
+            ]));
+            let _ = kubectl(&["delete", "namespace", namespace, "--wait=false"]).output();
         }
     }
 }

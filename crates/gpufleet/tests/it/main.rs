@@ -1,6 +1,7 @@
 //! The gpufleet binary driven from outside, as users and CI drive it.
 
 mod commands;
+mod deploy_kustomize;
 mod deploy_manifests;
 mod gpuid_quickstart;
 mod gpuid_run;
@@ -10,6 +11,9 @@ mod logging;
 mod mokka_crds;
 mod mokka_render;
 mod mokka_run;
+mod sandbox_demo;
+mod sandbox_fleet_view;
+mod sandbox_metrics;
 mod sim_data_dir;
 mod sim_exec_rules;
 mod sim_serve;

@@ -34,7 +34,8 @@ fn a_refused_configuration_names_the_flag_and_exits_before_contacting_a_cluster(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_stops_on_sigterm() {
+async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_fleet_view_and_stops_on_sigterm()
+ {
     let sim = kube_sim::KubeSim::builder().start().await.unwrap();
     let client = sim.client();
     for crd in mokka::crds() {
@@ -75,6 +76,7 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let port = free_port();
+    let ui_port = free_port();
     let mut controller = KilledOnDrop {
         name: "gpufleet mokka",
         child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
@@ -87,6 +89,7 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_
             ])
             .env("MOKKA_CP_KUBECONFIG", &kubeconfig)
             .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+            .env("MOKKA_CP_UI_ADDR", format!("127.0.0.1:{ui_port}"))
             .env_remove("KUBECONFIG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -116,6 +119,23 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_and_metrics_and_
         assert!(Instant::now() < deadline, "node-a was never projected");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // --ui: the fleet view of this cluster, from the replica's own client.
+    let fleet = poll_http(ui_port, "/api/fleet", |status, body| {
+        status == 200 && body.contains("\"node\":\"node-a\"") && body.contains("\"healthy\"")
+    })
+    .await;
+    let fleet: serde_json::Value = serde_json::from_str(&fleet).unwrap();
+    assert_eq!(fleet["racks"].as_array().map(Vec::len), Some(1), "{fleet}");
+    assert_eq!(
+        (fleet["nodes"].as_u64(), fleet["gpus"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(fleet["tfjobs_watched"], false);
+    let page = poll_http(ui_port, "/", |status, _| status == 200).await;
+    assert!(
+        page.contains("node-a") && page.contains("data-state=\"healthy\""),
+        "{page}"
+    );
     // The leader gauge and the counters are set by different tasks (a
     // reconcile is counted when it ends, after its writes); wait until the
     // page shows all of them.

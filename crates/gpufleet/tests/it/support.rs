@@ -115,17 +115,7 @@ impl Drop for SimServer {
 
 /// Reads lines from a child's stdout on a thread, so tests can wait with a deadline.
 pub fn line_reader(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout is piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
+    pipe_lines(child.stdout.take().expect("stdout is piped"))
 }
 
 /// Waits for a line containing `needle`, returning everything read so far.
@@ -229,4 +219,99 @@ impl Drop for KilledOnDrop {
             eprintln!("{} stderr:\n{stderr}", self.name);
         }
     }
+}
+
+/// Reads lines from any pipe on a thread (a child's stderr, say).
+pub fn pipe_lines(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// `gpufleet sandbox` running until Ctrl-C (killed on drop), once it said
+/// it is running: its kubeconfig, the fleet view's URL and its stderr.
+pub struct RunningSandbox {
+    pub process: KilledOnDrop,
+    pub kubeconfig: PathBuf,
+    pub ui_url: String,
+    /// Held so the reading thread keeps draining the child's stderr (a
+    /// closed pipe would end the sandbox at its next progress line).
+    _stderr: mpsc::Receiver<String>,
+    pub dir: tempfile::TempDir,
+}
+
+impl RunningSandbox {
+    pub fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("sandbox.kubeconfig");
+        let child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+            .arg("sandbox")
+            .args(extra)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("gpufleet sandbox starts");
+        let mut process = KilledOnDrop {
+            child,
+            name: "gpufleet sandbox",
+        };
+        let stderr = pipe_lines(process.child.stderr.take().expect("stderr is piped"));
+        let seen = wait_for_line(&stderr, "fleet view:", Duration::from_secs(240));
+        let ui_url = seen
+            .last()
+            .and_then(|line| line.split_whitespace().find(|w| w.starts_with("http://")))
+            .expect("the fleet view's URL")
+            .to_string();
+        wait_for_line(
+            &stderr,
+            "running; Ctrl-C stops the sandbox",
+            Duration::from_secs(30),
+        );
+        RunningSandbox {
+            process,
+            kubeconfig,
+            ui_url,
+            _stderr: stderr,
+            dir,
+        }
+    }
+
+    /// A kube client for the sandbox's API server.
+    pub async fn client(&self) -> kube::Client {
+        kube_sim::lane::client_from_kubeconfig(&self.kubeconfig)
+            .await
+            .expect("a client for the sandbox's kubeconfig")
+    }
+}
+
+/// The PostgreSQL the tests use: GPUFLEET_TEST_POSTGRES_URL (scripts/test.sh
+/// sets it), else the local default.
+pub fn postgres_url() -> String {
+    std::env::var("GPUFLEET_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A connection to [`postgres_url`]; a missing server fails the test saying
+/// how to start one.
+pub async fn postgres() -> tokio_postgres::Client {
+    let url = postgres_url();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "PostgreSQL is required at {url} (run scripts/test.sh, which starts it): {error}"
+            )
+        });
+    tokio::spawn(connection);
+    client
 }

@@ -72,13 +72,38 @@ pub async fn run_until_signal(
     run(config, settings, shutdown).await
 }
 
-/// Runs the collector until `shutdown` is cancelled.
+/// Runs the collector until `shutdown` is cancelled, with the client
+/// and admin address the configuration names.
 pub async fn run(
     config: Config,
     settings: CollectorSettings,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let client = client(&config).await?;
+    let admin = SocketAddr::from((Ipv4Addr::UNSPECIFIED, config.server_port));
+    run_with_client(
+        client,
+        config,
+        settings,
+        Some(admin),
+        MetricsRegistry::new(),
+        shutdown,
+    )
+    .await
+}
+
+/// The collector on a given client: `gpufleet gpuid run` and `gpufleet
+/// sandbox` both come here, so the sandbox runs exactly the collector a
+/// cluster runs. `admin` is where /healthz, /readyz and /metrics listen
+/// (None: not served); the collector's metrics go into `registry`.
+pub async fn run_with_client(
+    client: kube::Client,
+    config: Config,
+    settings: CollectorSettings,
+    admin: Option<SocketAddr>,
+    registry: MetricsRegistry,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
     let exporter = AnyExporter::from_config(
         &config.exporter,
         // The S3 exporter signs with the standard AWS variables.
@@ -92,7 +117,6 @@ pub async fn run(
         ),
     )?;
     let pipeline = ExportPipeline::start(exporter, PipelineConfig::from_config(&config));
-    let registry = MetricsRegistry::new();
     let runtime = CollectorRuntime::new(
         client,
         settings,
@@ -100,18 +124,26 @@ pub async fn run(
         Arc::new(pipeline.clone()),
         registry,
     )?;
-    let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, config.server_port));
-    let listener = TcpListener::bind(address)
-        .await
-        .map_err(|source| ServeError::Bind { address, source })?;
-    let router = runtime.admin_router();
-    let admin_shutdown = shutdown.clone();
-    let admin = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(admin_shutdown.cancelled_owned())
-            .await
-    });
-    tracing::info!(%address, exporter = config.exporter.kind().as_str(), "gpuid collector starting");
+    let admin = match admin {
+        Some(address) => {
+            let listener = TcpListener::bind(address)
+                .await
+                .map_err(|source| ServeError::Bind { address, source })?;
+            let router = runtime.admin_router();
+            let admin_shutdown = shutdown.clone();
+            tracing::info!(%address, "gpuid admin server listening");
+            Some(tokio::spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(admin_shutdown.cancelled_owned())
+                    .await
+            }))
+        }
+        None => None,
+    };
+    tracing::info!(
+        exporter = config.exporter.kind().as_str(),
+        "gpuid collector starting"
+    );
     let result = runtime.run(shutdown.clone()).await;
     shutdown.cancel();
     let report = pipeline.shutdown(EXPORT_GRACE).await;
@@ -121,6 +153,8 @@ pub async fn run(
             "export queue not drained at shutdown; those nodes keep their old hash and are exported again after the restart"
         );
     }
-    let _ = admin.await;
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
     result.map_err(ServeError::from)
 }

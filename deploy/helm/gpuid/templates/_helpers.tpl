@@ -8,3 +8,9 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 app.kubernetes.io/name: gpuid
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+{{- /* Prefix of every object name: the release name unless
+     fullnameOverride is set (the gpufleet umbrella chart sets one per
+     controller, so three charts share one release without clashes). */ -}}
+{{- define "gpuid.fullname" -}}
+{{ .Values.fullnameOverride | default .Release.Name }}
+{{- end -}}

@@ -9,5 +9,11 @@ app.kubernetes.io/name: mokka-control-plane
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- define "mokka.serviceAccount" -}}
-{{ .Release.Name }}-control-plane
+{{ include "mokka.fullname" . }}-control-plane
+{{- end -}}
+{{- /* Prefix of every object name: the release name unless
+     fullnameOverride is set (the gpufleet umbrella chart sets one per
+     controller, so three charts share one release without clashes). */ -}}
+{{- define "mokka.fullname" -}}
+{{ .Values.fullnameOverride | default .Release.Name }}
 {{- end -}}
