@@ -577,6 +577,9 @@ fn the_mokka_chart_installs_once_per_cluster_and_only_its_controller_writes_rack
             let _ = tools
                 .kubectl(&["delete", "namespace", namespace, "--wait=false"])
                 .output();
+        }
+    }
+}
 
 /// The umbrella chart: the CRDs and the three controllers in one release,
 /// each under its own name prefix; `<name>.enabled=false` leaves one out.
