@@ -35,6 +35,31 @@ export KUBECTL="$venv/bin/kubectl"
   exit 1
 }
 
+# Headless Chromium for the sandbox's fleet-view test, unless CHROMIUM names
+# a browser of the caller's: Debian's chromium package, installed on a
+# machine that lacks it (first run only). Installed before the services
+# start: a package install can restart PostgreSQL under a running suite.
+if [ -z "${CHROMIUM:-}" ]; then
+  if ! command -v chromium >/dev/null; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "test.sh: chromium is not installed and this is not root: run 'apt-get install -y chromium' as root, or set CHROMIUM to a Chromium binary" >&2
+      exit 1
+    fi
+    echo "test.sh: installing chromium from Debian's packages (first run on this machine, a few minutes)" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || {
+      echo "test.sh: 'apt-get install -y chromium' failed; the fleet-view test needs it (or set CHROMIUM)" >&2
+      exit 1
+    }
+  fi
+  CHROMIUM=$(command -v chromium)
+  export CHROMIUM
+fi
+"$CHROMIUM" --headless --no-sandbox --disable-gpu --version >/dev/null 2>&1 || {
+  echo "test.sh: $CHROMIUM does not run" >&2
+  exit 1
+}
+
 # --- services for gpuid exporters ---
 # moto_server (S3) and PostgreSQL for the exporter tests in crates/gpuid.
 [ -x "$venv/bin/moto_server" ] || "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]"
@@ -100,29 +125,6 @@ if [ -z "${GPUFLEET_TEST_POSTGRES_URL:-}" ]; then
     || createdb -h 127.0.0.1 -U postgres test
   export GPUFLEET_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/test"
 fi
-# Headless Chromium for the sandbox's fleet-view test, unless CHROMIUM names
-# a browser of the caller's: Debian's chromium package, installed on a
-# machine that lacks it (first run only).
-if [ -z "${CHROMIUM:-}" ]; then
-  if ! command -v chromium >/dev/null; then
-    if [ "$(id -u)" -ne 0 ]; then
-      echo "test.sh: chromium is not installed and this is not root: run 'apt-get install -y chromium' as root, or set CHROMIUM to a Chromium binary" >&2
-      exit 1
-    fi
-    echo "test.sh: installing chromium from Debian's packages (first run on this machine, a few minutes)" >&2
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || {
-      echo "test.sh: 'apt-get install -y chromium' failed; the fleet-view test needs it (or set CHROMIUM)" >&2
-      exit 1
-    }
-  fi
-  CHROMIUM=$(command -v chromium)
-  export CHROMIUM
-fi
-"$CHROMIUM" --headless --no-sandbox --disable-gpu --version >/dev/null 2>&1 || {
-  echo "test.sh: $CHROMIUM does not run" >&2
-  exit 1
-}
 # --- end services ---
 
 # The real control plane, Helm and KWOK, built once into a cache (the first
