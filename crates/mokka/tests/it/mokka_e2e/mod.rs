@@ -5,6 +5,7 @@
 
 mod caches;
 mod lifecycle;
+mod policies;
 mod replicas;
 mod restarts;
 pub(crate) mod support;

@@ -4,6 +4,7 @@
 //! restricted kubeconfig of deploy/mokka's ServiceAccount, so its RBAC is
 //! what a cluster enforces.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::KubeSim;
 use kube_sim::lane::Lane;
-use mokka::api::{SGPUInventory, SGPURack, SGPURackProfile};
+use mokka::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy};
 use mokka::controller::MokkaController;
 use mokka::plan::options::Options;
 use serde_json::json;
@@ -155,6 +156,11 @@ impl Cluster {
             .delete_collection(&DeleteParams::default(), &ListParams::default())
             .await
             .unwrap();
+        let policies: Api<SGPURuntimePolicy> = Api::all(self.client.clone());
+        policies
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .unwrap();
         let nodes: Api<Node> = Api::all(self.client.clone());
         nodes
             .delete_collection(
@@ -256,6 +262,43 @@ impl Cluster {
             api.get_opt(name).await.unwrap().is_none().then_some(())
         })
         .await;
+    }
+
+    /// A runtime policy on inventory `inventory`: `target` holds the optional
+    /// axes (`rackGroups`, `rackIndexes`, …), `runtime` the override.
+    pub async fn create_policy(
+        &self,
+        name: &str,
+        inventory: &str,
+        target: serde_json::Value,
+        runtime: serde_json::Value,
+    ) -> SGPURuntimePolicy {
+        let mut target_ref = json!({
+            "group": "mokka.nvidia.com",
+            "kind": "SGPUInventory",
+            "name": inventory,
+        });
+        if let (Some(target_ref), Some(axes)) = (target_ref.as_object_mut(), target.as_object()) {
+            target_ref.extend(axes.clone());
+        }
+        let policy: SGPURuntimePolicy = serde_json::from_value(json!({
+            "apiVersion": "mokka.nvidia.com/v1alpha1",
+            "kind": "SGPURuntimePolicy",
+            "metadata": {"name": name},
+            "spec": {"targetRef": target_ref, "runtime": runtime}
+        }))
+        .unwrap();
+        self.policies()
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("policy accepted")
+    }
+
+    pub fn policies(&self) -> Api<SGPURuntimePolicy> {
+        Api::all(self.client.clone())
+    }
+    pub fn profiles(&self) -> Api<SGPURackProfile> {
+        Api::all(self.client.clone())
     }
 
     pub fn nodes(&self) -> Api<Node> {
@@ -371,6 +414,27 @@ pub fn condition(inventory: &SGPUInventory, kind: &str) -> Option<(String, Strin
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// The `Accepted` condition of a policy, as (status, reason, message, observedGeneration).
+pub fn policy_condition(
+    policy: &SGPURuntimePolicy,
+) -> Option<(String, String, String, Option<i64>)> {
+    policy
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Accepted")
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone(),
+                c.message.clone(),
+                c.observed_generation,
+            )
+        })
+}
+
 /// The Node names bound in a rack, by slot.
 pub fn bound_names(rack: &SGPURack) -> Vec<Option<String>> {
     rack.spec
@@ -408,4 +472,56 @@ pub fn unprojected(node: &Node) -> bool {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key("mokka.nvidia.com/sgpu-assignment"))
+}
+
+/// Mutating requests kube-sim answered, by `verb resource` (every code).
+pub fn mutating_requests(cluster: &Cluster) -> BTreeMap<String, u64> {
+    let Some(sim) = cluster.sim() else {
+        return BTreeMap::new();
+    };
+    let mut counts = BTreeMap::new();
+    for line in sim.metrics().encode().lines() {
+        let Some(rest) = line.strip_prefix("kube_sim_requests_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        let resource = label("resource");
+        // kube-sim's simulated kubelet renews its Node Leases and Node status;
+        // the Lease of the election is checked by its resourceVersion instead.
+        if resource == "leases" || resource == "nodes/status" {
+            continue;
+        }
+        if ["create", "update", "patch", "delete", "deletecollection"].contains(&verb.as_str()) {
+            *counts.entry(format!("{verb} {resource}")).or_default() +=
+                value.trim().parse::<u64>().unwrap_or(0);
+        }
+    }
+    counts
+}
+
+/// A Lease held by a replica that is not running, renewed `now`, for `seconds`.
+pub async fn hold_lease(cluster: &Cluster, holder: &str, seconds: i32) -> Lease {
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), LEASE_NAMESPACE);
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": LEASE_NAME, "namespace": LEASE_NAMESPACE},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds, "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
+    }))
+    .unwrap();
+    // A Lease released by a stopped replica may still exist.
+    let _ = leases.delete(LEASE_NAME, &DeleteParams::default()).await;
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("the test holds the Lease")
 }
