@@ -393,7 +393,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let controller = Arc::new(MokkaController::new(client, config.options)?);
     let shutdown = CancellationToken::new();
     tokio::spawn(telemetry::cancel_on_signal(shutdown.clone()));
-    let admin = AdminServer::new(controller.readiness(), controller.registry());
+    // The node-agent API shares the port of /healthz, /readyz and /metrics.
+    let admin = AdminServer::new(controller.readiness(), controller.registry())
+        .merge(controller.node_api().router());
     let server_stop = CancellationToken::new();
     let mut server = tokio::spawn(admin.bind_and_serve(config.listen, server_stop.clone()));
     tracing::info!(listen = %config.listen, lease = %format!("{}/{}", config.election.namespace, config.election.name), "starting Mokka control plane");

@@ -13,6 +13,7 @@
 //! asks the planner and writes.
 
 mod metrics;
+pub mod node_api;
 pub mod nodes;
 mod policies;
 mod projection;
@@ -304,6 +305,12 @@ impl MokkaController {
     /// once the caches have synced.
     pub fn read_api(&self) -> ReadApi {
         ReadApi::new(Arc::clone(&self.context), self.caches.clone())
+    }
+
+    /// The node-agent HTTP API over this replica's caches, reviewing
+    /// callers' tokens with the controller's own client.
+    pub fn node_api(&self) -> node_api::NodeApi {
+        node_api::NodeApi::new(self.read_api(), self.client.clone())
     }
 
     /// See [`ReadApi::assignments_for_node`].

@@ -5,6 +5,7 @@
 
 mod caches;
 mod lifecycle;
+mod node_api;
 mod policies;
 mod replicas;
 mod restarts;
