@@ -37,6 +37,9 @@ pub enum MokkaCommand {
     /// Print the SGPURacks the controller would create for the profiles and
     /// inventories in some manifests (or the errors it would report).
     Render(crate::commands::mokka_render::RenderArgs),
+    /// Print what the node-agent API would answer for one Node (its rack
+    /// assignment and every GPU's effective runtime), from synced caches.
+    NodeView(crate::commands::mokka_node_view::NodeViewArgs),
 }
 
 /// Upstream's control-plane flags. `--log-level` and `--log-format` are
