@@ -397,3 +397,90 @@ async fn assignments_need_synced_caches_and_the_exact_node_identity() {
     );
     replica.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_restores_an_overwritten_status_re_evaluates_a_retargeted_policy_and_follows_a_profile_shrink()
+ {
+    let cluster = Cluster::start().await;
+    cluster.create_profile("routing-shape", 4, 2).await;
+    cluster
+        .create_inventory("routing-a", "routing-shape", 1, "routing")
+        .await;
+    cluster
+        .create_inventory("routing-b", "routing-shape", 1, "routing")
+        .await;
+    let leader = cluster.start_leader("routing-leader").await;
+    cluster
+        .create_policy(
+            "node-three",
+            "routing-a",
+            json!({"nodeIndexes": [3]}),
+            json!({"deviceState": "Failed"}),
+        )
+        .await;
+    wait_for_policy(&cluster, "node-three", "Accepted").await;
+
+    // Someone else's status write is a status-only change: it is re-checked
+    // and the controller's decision restored.
+    let policies = cluster.policies();
+    let mut overwritten = policies.get_status("node-three").await.unwrap();
+    if let Some(condition) = overwritten
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|c| c.first_mut())
+    {
+        condition.reason = "Forged".into();
+        condition.status = "False".into();
+    }
+    overwritten.metadata.managed_fields = None;
+    policies
+        .replace_status(
+            "node-three",
+            &Default::default(),
+            &overwritten,
+        )
+        .await
+        .unwrap();
+    wait_for_policy(&cluster, "node-three", "Accepted").await;
+
+    // A profile edit that leaves Node index 3 outside the shape invalidates it.
+    cluster
+        .profiles()
+        .patch(
+            "routing-shape",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"rack": {"nodesPerRack": 2}}})),
+        )
+        .await
+        .unwrap();
+    let invalid = wait_for_policy(&cluster, "node-three", "InvalidTarget").await;
+    assert_eq!(
+        invalid.2,
+        "The target lists indexes that select no GPU in the selected rack groups: nodeIndexes [3]."
+    );
+
+    // Retargeted to an inventory that does not exist: both targets re-evaluated.
+    let retargeted = policies
+        .patch(
+            "node-three",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"targetRef": {"name": "routing-gone", "nodeIndexes": [1]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let gone = wait_for_policy(&cluster, "node-three", "TargetNotFound").await;
+    assert_eq!(gone.2, "SGPUInventory \"routing-gone\" does not exist.");
+    assert_eq!(gone.3, retargeted.metadata.generation);
+    eventually("routing-a's summary to drop the policy", || async {
+        let inventory = cluster.inventories().get("routing-a").await.ok()?;
+        inventory
+            .status?
+            .runtime_policies
+            .filter(|s| s.policies == 0)
+    })
+    .await;
+    leader.stop().await;
+}
