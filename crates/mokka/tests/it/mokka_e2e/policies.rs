@@ -395,7 +395,28 @@ async fn assignments_need_synced_caches_and_the_exact_node_identity() {
             .is_empty(),
         "a UID match alone is not enough"
     );
+
+    // A rack being deleted (held by its finalizer while no leader cleans it
+    // up) is still returned, marked as deleting.
     replica.stop().await;
+    hold_lease(&cluster, "another-replica", 3600).await;
+    let standby = cluster.start_replica("identity-standby").await;
+    let rack = found[0].rack.name_any();
+    cluster
+        .racks()
+        .delete(&rack, &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleting = eventually("the deleting rack's assignment", || async {
+        let found = standby
+            .controller
+            .assignments_for_node("identity-node", &uid)
+            .ok()?;
+        found.into_iter().find(|a| a.deleting())
+    })
+    .await;
+    assert_eq!(deleting.rack.name_any(), rack);
+    standby.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,11 +456,7 @@ async fn routing_restores_an_overwritten_status_re_evaluates_a_retargeted_policy
     }
     overwritten.metadata.managed_fields = None;
     policies
-        .replace_status(
-            "node-three",
-            &Default::default(),
-            &overwritten,
-        )
+        .replace_status("node-three", &Default::default(), &overwritten)
         .await
         .unwrap();
     wait_for_policy(&cluster, "node-three", "Accepted").await;
