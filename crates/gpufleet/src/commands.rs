@@ -3,6 +3,7 @@
 
 pub mod gpuid;
 pub mod mokka;
+pub mod mokka_node_view;
 pub mod mokka_render;
 pub mod sandbox;
 pub mod tfjob;

@@ -91,6 +91,10 @@ fn main() -> std::process::ExitCode {
                     command: Some(commands::mokka::MokkaCommand::Render(render)),
                     ..
                 } => return commands::mokka_render::run(&render),
+                commands::mokka::MokkaArgs {
+                    command: Some(commands::mokka::MokkaCommand::NodeView(view)),
+                    ..
+                } => return commands::mokka_node_view::run(&view).await,
                 commands::mokka::MokkaArgs { run, .. } => commands::mokka::run(run).await,
             },
         }

@@ -38,6 +38,7 @@ pub mod schema;
 mod selector;
 mod server;
 mod store;
+pub mod tokens;
 mod validate;
 
 pub use error::ApiError;

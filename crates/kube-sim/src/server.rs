@@ -36,6 +36,7 @@ pub struct KubeSimBuilder {
     // exec + kubelet
     exec_handlers: crate::exec::ExecHandlers,
     kubelet: crate::kubelet::KubeletConfig,
+    static_tokens: Vec<crate::tokens::StaticToken>,
 }
 
 impl Default for KubeSimBuilder {
@@ -48,6 +49,7 @@ impl Default for KubeSimBuilder {
             // exec + kubelet
             exec_handlers: Default::default(),
             kubelet: Default::default(),
+            static_tokens: Vec::new(),
         }
     }
 }
@@ -112,6 +114,17 @@ impl KubeSimBuilder {
     }
     // end exec + kubelet
 
+    /// Static bearer tokens a TokenReview authenticates, like the lines of
+    /// kube-apiserver's `--token-auth-file` ([`crate::tokens::StaticToken::parse_file`]).
+    /// kube-sim itself still does not authenticate requests with them.
+    pub fn static_tokens(
+        mut self,
+        tokens: impl IntoIterator<Item = crate::tokens::StaticToken>,
+    ) -> Self {
+        self.static_tokens.extend(tokens);
+        self
+    }
+
     /// Starts serving on 127.0.0.1 and builds the in-process client.
     /// Must be called inside a Tokio runtime.
     pub async fn start(mut self) -> Result<KubeSim, Error> {
@@ -129,6 +142,9 @@ impl KubeSimBuilder {
             server_address: Default::default(),
             faults: faults.clone(),
             metrics: metrics.clone(),
+            tokens: Arc::new(crate::tokens::Tokens::new(std::mem::take(
+                &mut self.static_tokens,
+            ))),
         };
         let app = router(state.clone())
             // exec + kubelet: pods/exec and pods/binding routes

@@ -37,6 +37,9 @@ pub enum MokkaCommand {
     /// Print the SGPURacks the controller would create for the profiles and
     /// inventories in some manifests (or the errors it would report).
     Render(crate::commands::mokka_render::RenderArgs),
+    /// Print what the node-agent API would answer for one Node (its rack
+    /// assignment and every GPU's effective runtime), from synced caches.
+    NodeView(crate::commands::mokka_node_view::NodeViewArgs),
 }
 
 /// Upstream's control-plane flags. `--log-level` and `--log-format` are
@@ -483,7 +486,9 @@ pub async fn run_controller(
 ) -> anyhow::Result<()> {
     let server_stop = CancellationToken::new();
     let mut server = plane.admin.map(|listen| {
-        let admin = AdminServer::new(controller.readiness(), controller.registry());
+        // The node-agent API shares the port of /healthz, /readyz and /metrics.
+        let admin = AdminServer::new(controller.readiness(), controller.registry())
+            .merge(controller.node_api().router());
         tokio::spawn(admin.bind_and_serve(listen, server_stop.clone()))
     });
     tracing::info!(listen = ?plane.admin, lease = %format!("{}/{}", plane.election.namespace, plane.election.name), "starting Mokka control plane");

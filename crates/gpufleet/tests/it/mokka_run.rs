@@ -162,6 +162,92 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_
     assert!(!metrics.contains("mokka_node_patches_total 0"), "{metrics}");
     assert!(metrics.contains("mokka_node_patches_total"), "{metrics}");
 
+    // The node-agent API shares the port; without a token it is refused.
+    let (code, body) = poll_http_status(
+        port,
+        &format!(
+            "/v1alpha1/nodes/node-a/assignment?uid={}",
+            node_uid(&client).await
+        ),
+    )
+    .await;
+    assert_eq!(code, 401, "{body}");
+    let (code, _) = poll_http_status(port, "/v1alpha1/openapi.json").await;
+    assert_eq!(code, 200);
+
+    // `mokka node-view` answers from its own synced caches, through the same code path.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(["mokka", "node-view", "node-a", "-o", "json", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let view: mokka::node_view::NodeAssignments =
+        serde_json::from_slice(&output.stdout).expect("node-view -o json prints the API body");
+    assert_eq!(view.node.name, "node-a");
+    assert_eq!(view.assignments.len(), 1);
+    assert_eq!(view.assignments[0].gpus.len(), 1);
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(["mokka", "node-view", "node-a", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .unwrap();
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        table.contains(&format!(
+            "Rack {} (inventory inv, group compute, rack 0, node 0)",
+            view.assignments[0].rack.name
+        )),
+        "{table}"
+    );
+    assert!(table.contains("GPU  UUID"), "{table}");
+    assert!(table.contains("Healthy"), "{table}");
+    let missing = tokio::process::Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(["mokka", "node-view", "Bad_Name", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("is not a valid Kubernetes object name")
+    );
+
     let status = controller.terminate().await;
     assert!(status.success(), "{status:?}");
+}
+
+async fn node_uid(client: &kube::Client) -> String {
+    Api::<Node>::all(client.clone())
+        .get("node-a")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap()
+}
+
+/// The status and body of a GET, retried while the port does not answer.
+async fn poll_http_status(port: u16, path: &str) -> (u16, String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(answer) = crate::support::http_get(port, path) {
+            return answer;
+        }
+        assert!(Instant::now() < deadline, "{path} never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

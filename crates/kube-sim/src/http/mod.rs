@@ -9,6 +9,7 @@ mod protobuf;
 mod query;
 mod reviews;
 mod table;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -36,6 +37,8 @@ pub struct AppState {
     /// Fault rules applied in front of the Kubernetes routes (faults.rs).
     pub faults: Arc<faults::Faults>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Issued and static bearer tokens, for TokenRequest and TokenReview.
+    pub tokens: Arc<crate::tokens::Tokens>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -132,6 +135,9 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let store = &state.store;
     if let Some(answer) = reviews::answer(store, method, uri.path(), headers, &body) {
+        return answer;
+    }
+    if let Some(answer) = tokens::answer(store, &state.tokens, method, uri.path(), headers, &body) {
         return answer;
     }
     let parsed = ApiPath::parse(uri.path()).ok_or_else(ApiError::no_such_resource)?;

@@ -16,5 +16,6 @@ mod lifecycle;
 mod python_client;
 mod selectors;
 mod support;
+mod tokens;
 mod validation;
 mod watch;

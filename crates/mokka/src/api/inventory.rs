@@ -86,6 +86,30 @@ pub struct SGPUInventoryStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Option<Vec<Condition>>,
+    /// How the runtime policies targeting this inventory were settled
+    /// (gpufleet addition; upstream reports decisions only on each policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_policies: Option<RuntimePolicySummary>,
+}
+
+/// Counts of the runtime policies targeting an inventory, by outcome.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("required" = ["policies", "accepted", "conflicted", "invalidTarget"]))]
+pub struct RuntimePolicySummary {
+    /// Policies whose `spec.targetRef.name` is this inventory.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub policies: i32,
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub accepted: i32,
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub conflicted: i32,
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub invalid_target: i32,
 }
 
 /// Every count is required in the schema (upstream's fields have no

@@ -13,9 +13,12 @@
 //! asks the planner and writes.
 
 mod metrics;
+pub mod node_api;
 pub mod nodes;
+mod policies;
 mod projection;
 mod racks;
+mod read;
 mod routing;
 mod state;
 mod status;
@@ -39,9 +42,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use metrics::Metrics;
+pub use policies::EvaluationResult;
+pub use read::{AssignmentSnapshot, GpuRuntime, ReadApi, ReadError};
 pub use state::{Outcome, OutcomeState};
 
-use crate::api::{SGPUInventory, SGPURack, SGPURackProfile};
+use crate::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy};
 use crate::plan::options::{Options, OptionsError};
 use nodes::{LiveNodes, node_selector, transform_node};
 use state::Context;
@@ -80,6 +85,8 @@ pub(crate) const INDEX_NODE_UID: &str = "node-uid";
 pub(crate) enum StatusKey {
     Inventory(String),
     Rack(String),
+    /// The statuses of every policy targeting the inventory of this name.
+    RuntimePolicies(String),
 }
 
 /// The queues of one leadership term.
@@ -103,6 +110,11 @@ impl Queues {
     }
     pub fn rack_status(&self, name: &str) {
         let _ = self.status.dirty(StatusKey::Rack(name.to_string()));
+    }
+    pub fn policy_status(&self, inventory: &str) {
+        let _ = self
+            .status
+            .dirty(StatusKey::RuntimePolicies(inventory.to_string()));
     }
     /// Keys waiting in the three queues (a standby's are always zero).
     pub fn depth(&self) -> usize {
@@ -177,6 +189,19 @@ impl MokkaController {
             watcher::Config::default().labels(&node_selector()),
             StoreOptions::default().transform(transform_node),
         )?;
+        let policies: CachedStore<SGPURuntimePolicy> = caches.add(
+            "sgpuruntimepolicies",
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            StoreOptions::default()
+                .transform(|policy: &mut SGPURuntimePolicy| {
+                    policy.metadata.managed_fields = None;
+                })
+                .index(
+                    policies::INDEX_POLICY_TARGET,
+                    |policy: &SGPURuntimePolicy| vec![policy.spec.target_ref.name.clone()],
+                ),
+        )?;
         let events = EventSink::new(
             client.clone(),
             "mokka-controller",
@@ -194,6 +219,7 @@ impl MokkaController {
             inventories,
             racks,
             nodes,
+            policies,
             live_nodes,
             events,
             metrics,
@@ -272,6 +298,41 @@ impl MokkaController {
     /// The cached rack `name` (served from the cache on every replica).
     pub fn cached_rack(&self, name: &str) -> Option<Arc<SGPURack>> {
         self.context.racks.get(name)
+    }
+
+    /// The read API over this replica's caches (`assignments_for_node`,
+    /// `effective_runtime`): answers on every replica, leader or standby,
+    /// once the caches have synced.
+    pub fn read_api(&self) -> ReadApi {
+        ReadApi::new(Arc::clone(&self.context), self.caches.clone())
+    }
+
+    /// The node-agent HTTP API over this replica's caches, reviewing
+    /// callers' tokens with the controller's own client.
+    pub fn node_api(&self) -> node_api::NodeApi {
+        node_api::NodeApi::new(self.read_api(), self.client.clone())
+    }
+
+    /// See [`ReadApi::assignments_for_node`].
+    pub fn assignments_for_node(
+        &self,
+        name: &str,
+        uid: &str,
+    ) -> Result<Vec<AssignmentSnapshot>, ReadError> {
+        self.read_api().assignments_for_node(name, uid)
+    }
+
+    /// See [`ReadApi::effective_runtime`].
+    pub fn effective_runtime(
+        &self,
+        assignment: &AssignmentSnapshot,
+    ) -> Result<Vec<GpuRuntime>, ReadError> {
+        self.read_api().effective_runtime(assignment)
+    }
+
+    /// Policy evaluations computed so far (not served from the cache).
+    pub fn policy_evaluations_computed(&self) -> u64 {
+        self.context.evaluations.computed()
     }
 
     /// The latest projection outcome of a rack slot.

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::state::Context;
 use super::{INDEX_NODE_NAME, Queues};
-use crate::api::{SGPUInventory, SGPURack, SGPURackProfile};
+use crate::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy};
 use crate::plan::catalog::CatalogNode;
 use crate::plan::rack::controller_owner;
 
@@ -32,6 +32,17 @@ fn fingerprint(meta: &kube::api::ObjectMeta) -> u64 {
     for owner in meta.owner_references.iter().flatten() {
         (&owner.uid, &owner.name, &owner.kind, owner.controller).hash(&mut hasher);
     }
+    hasher.finish()
+}
+
+/// A policy's status, so a status-only change (someone else's write, or a
+/// stale one) is told apart from no change at all.
+fn status_fingerprint(policy: &SGPURuntimePolicy) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&policy.status)
+        .unwrap_or_default()
+        .hash(&mut hasher);
     hasher.finish()
 }
 
@@ -84,6 +95,7 @@ pub(crate) fn attach_process_handlers(context: &Arc<Context>) {
         move || {
             if let Some(context) = weak.upgrade() {
                 context.topology.fetch_add(1, Ordering::SeqCst);
+                context.inputs_changed();
             }
         }
     };
@@ -109,6 +121,24 @@ pub(crate) fn attach_process_handlers(context: &Arc<Context>) {
                 context.forget_rack(rack.metadata.name.as_deref().unwrap_or_default());
             }
         }));
+    // Policies never change materialization: they only move the evaluation
+    // revision of their target inventories and wake the read API.
+    let weak = Arc::downgrade(context);
+    context
+        .policies
+        .attach(Arc::new(move |event: &ObjectEvent<SGPURuntimePolicy>| {
+            let Some(context) = weak.upgrade() else {
+                return;
+            };
+            let deleted = matches!(event, ObjectEvent::Deleted(_));
+            if !context
+                .evaluations
+                .observe(event.object(), deleted)
+                .is_empty()
+            {
+                context.inputs_changed();
+            }
+        }));
 }
 
 /// A detach function per attached handler, in attachment order.
@@ -132,6 +162,7 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
                 let name = event.object().metadata.name.clone().unwrap_or_default();
                 queues.inventory(&name);
                 queues.inventory_status(&name);
+                queues.policy_status(&name);
             }));
         let store = context.inventories.clone();
         detach.push(Box::new(move || store.detach(id)));
@@ -159,10 +190,59 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
                         let name = inventory.metadata.name.clone().unwrap_or_default();
                         queues.inventory(&name);
                         queues.inventory_status(&name);
+                        // The profile's shape bounds the policies' indexes.
+                        queues.policy_status(&name);
                     }
                 }
             }));
         let store = context.profiles.clone();
+        detach.push(Box::new(move || store.detach(id)));
+    }
+
+    // Policies (upstream 3.11): a spec change re-evaluates the old and new
+    // targets; a status-only change re-checks its target (the reconciler
+    // trusts its cache); a change of labels or other metadata routes
+    // nothing. Each touched target's inventory status carries the summary.
+    {
+        let queues = Arc::clone(queues);
+        let seen: Mutex<HashMap<String, (u64, u64, String)>> = Mutex::new(HashMap::new());
+        let id =
+            context
+                .policies
+                .attach(Arc::new(move |event: &ObjectEvent<SGPURuntimePolicy>| {
+                    let policy = event.object();
+                    let name = policy.metadata.name.clone().unwrap_or_default();
+                    let target = policy.spec.target_ref.name.clone();
+                    let spec = fingerprint(&policy.metadata);
+                    let status = status_fingerprint(policy);
+                    let previous = {
+                        let mut seen = seen.lock();
+                        match event {
+                            ObjectEvent::Applied(_) => {
+                                seen.insert(name, (spec, status, target.clone()))
+                            }
+                            ObjectEvent::Deleted(_) => seen.remove(&name),
+                        }
+                    };
+                    let deleted = matches!(event, ObjectEvent::Deleted(_));
+                    match previous {
+                        Some((old_spec, old_status, old_target)) if !deleted => {
+                            if old_spec != spec || old_target != target {
+                                for inventory in [old_target, target] {
+                                    queues.policy_status(&inventory);
+                                    queues.inventory_status(&inventory);
+                                }
+                            } else if old_status != status {
+                                queues.policy_status(&target);
+                            }
+                        }
+                        _ => {
+                            queues.policy_status(&target);
+                            queues.inventory_status(&target);
+                        }
+                    }
+                }));
+        let store = context.policies.clone();
         detach.push(Box::new(move || store.detach(id)));
     }
 

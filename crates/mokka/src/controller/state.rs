@@ -13,7 +13,8 @@ use parking_lot::Mutex;
 
 use super::metrics::Metrics;
 use super::nodes::LiveNodes;
-use crate::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURackStatus};
+use super::policies::PolicyEvaluations;
+use crate::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURackStatus, SGPURuntimePolicy};
 use crate::plan::catalog::NodeCatalog;
 use crate::plan::inventory::{
     CleanupNeeded, CleanupReason, ClusterInput, ClusterPlan, ExactBinding, OwnershipConflict,
@@ -82,6 +83,9 @@ pub(crate) struct Context {
     pub inventories: CachedStore<SGPUInventory>,
     pub racks: CachedStore<SGPURack>,
     pub nodes: CachedStore<Node>,
+    pub policies: CachedStore<SGPURuntimePolicy>,
+    /// Policy evaluations per inventory, cached per input revision.
+    pub evaluations: PolicyEvaluations,
     pub live_nodes: LiveNodes,
     pub events: EventSink,
     pub metrics: Metrics,
@@ -97,6 +101,9 @@ pub(crate) struct Context {
     inventory_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Rack status writes not yet seen in the cache (name → written status).
     pub pending_rack_status: Mutex<HashMap<String, SGPURackStatus>>,
+    /// Counts changes of the read API's inputs (racks, inventories,
+    /// profiles, policies); long-polls wait on it.
+    pub changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Context {
@@ -108,6 +115,7 @@ impl Context {
         inventories: CachedStore<SGPUInventory>,
         racks: CachedStore<SGPURack>,
         nodes: CachedStore<Node>,
+        policies: CachedStore<SGPURuntimePolicy>,
         live_nodes: LiveNodes,
         events: EventSink,
         metrics: Metrics,
@@ -119,6 +127,8 @@ impl Context {
             inventories,
             racks,
             nodes,
+            policies,
+            evaluations: PolicyEvaluations::default(),
             live_nodes,
             events,
             metrics,
@@ -131,7 +141,13 @@ impl Context {
             claims: Mutex::new(HashMap::new()),
             inventory_locks: Mutex::new(HashMap::new()),
             pending_rack_status: Mutex::new(HashMap::new()),
+            changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Wakes every long-poll: an input of the read API changed.
+    pub fn inputs_changed(&self) {
+        self.changes.send_modify(|counter| *counter += 1);
     }
 
     /// The allocation revision: (topology counter, Node catalog generation).

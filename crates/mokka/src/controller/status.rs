@@ -13,11 +13,16 @@ use kube::{Resource, ResourceExt};
 
 use super::state::Context;
 use super::{BoxError, INDEX_INVENTORY_UID, INDEX_NODE_UID, Queues, StatusKey};
-use crate::api::{InventoryCapacity, RackGroupStatus, SGPUInventory, SGPURack};
+use crate::api::{
+    InventoryCapacity, RackGroupStatus, RuntimePolicySummary, SGPUInventory, SGPURack,
+    SGPURuntimePolicy, SGPURuntimePolicyStatus,
+};
 use crate::plan::inventory::{ExactBinding, rack_groups_summary, requested_nodes};
 use crate::plan::projection::{FIELD_MANAGER, ObservedNode, desired_for};
 use crate::plan::rack::{is_owned_by, owner_matches_inventory_ref};
 use crate::plan::status::{InventoryFacts, RackFacts, inventory_status, rack_status, usage};
+use crate::policy::{CONDITION_ACCEPTED, Outcome as PolicyOutcome, policy_status};
+use crate::text::go_quote;
 
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
@@ -38,7 +43,128 @@ pub(crate) async fn reconcile_status(
     match key {
         StatusKey::Inventory(name) => inventory(context, queues, name).await,
         StatusKey::Rack(name) => rack(context, name).await,
+        StatusKey::RuntimePolicies(inventory) => runtime_policies(context, inventory).await,
     }
+}
+
+/// The summary of an inventory's policy decisions.
+fn policy_summary(context: &Context, inventory: &str) -> Option<RuntimePolicySummary> {
+    let evaluation = super::policies::evaluation(context, inventory);
+    let evaluation = evaluation.as_ref().as_ref().ok()?;
+    let count = |outcome: PolicyOutcome| {
+        let n = evaluation
+            .decisions()
+            .iter()
+            .filter(|decision| decision.outcome == outcome)
+            .count();
+        i32::try_from(n).unwrap_or(i32::MAX)
+    };
+    Some(RuntimePolicySummary {
+        policies: i32::try_from(evaluation.decisions().len()).unwrap_or(i32::MAX),
+        accepted: count(PolicyOutcome::Accepted),
+        conflicted: count(PolicyOutcome::Conflicted),
+        invalid_target: count(PolicyOutcome::InvalidTarget),
+    })
+}
+
+/// Upstream's runtime-policy status reconcile (3.11): each decision becomes
+/// the policy's status; converged policies cost no API call; a live GET
+/// guards against writing over a newer spec; one failed write does not stop
+/// the others, and the joined error retries the inventory.
+async fn runtime_policies(context: &Context, inventory: &str) -> Result<(), BoxError> {
+    let evaluation = super::policies::evaluation(context, inventory);
+    let evaluation = match evaluation.as_ref() {
+        Ok(evaluation) => evaluation,
+        Err(error) => {
+            return Err(format!(
+                "evaluate runtime policies of SGPUInventory {}: {error}",
+                go_quote(inventory)
+            )
+            .into());
+        }
+    };
+    let api: Api<SGPURuntimePolicy> = Api::all(context.client.clone());
+    let mut errors = Vec::new();
+    for decision in evaluation.decisions() {
+        let Some(cached) = context.policies.get(&decision.name) else {
+            continue;
+        };
+        if cached.metadata.uid.as_deref().unwrap_or_default() != decision.uid {
+            continue;
+        }
+        let desired = policy_status(&cached, decision, cached.status.as_ref(), &now());
+        if cached.status.as_ref() == Some(&desired) {
+            continue;
+        }
+        if let Err(error) = write_policy_status(&api, &cached, decision).await {
+            errors.push(format!(
+                "update runtime policy {} status: {error}",
+                go_quote(&decision.name)
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; ").into())
+    }
+}
+
+async fn write_policy_status(
+    api: &Api<SGPURuntimePolicy>,
+    cached: &SGPURuntimePolicy,
+    decision: &crate::policy::Decision,
+) -> Result<(), kube::Error> {
+    let name = decision.name.as_str();
+    // Retry on conflict, as upstream's RetryOnConflict (default backoff: 5 tries).
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some(mut live) = api.get_opt(name).await? else {
+            // The delete event re-evaluates the rest.
+            return Ok(());
+        };
+        // A newer spec arrives as its own event; never report an old decision on it.
+        if live.metadata.uid != cached.metadata.uid
+            || live.metadata.generation != cached.metadata.generation
+        {
+            return Ok(());
+        }
+        let desired = policy_status(&live, decision, live.status.as_ref(), &now());
+        if live.status.as_ref() == Some(&desired) {
+            return Ok(());
+        }
+        let before = accepted_condition(live.status.as_ref());
+        let after = accepted_condition(Some(&desired));
+        live.status = Some(desired);
+        live.metadata.managed_fields = None;
+        match api.replace_status(name, &post_params(), &live).await {
+            Ok(_) => {
+                if before != after {
+                    tracing::info!(
+                        policy = name,
+                        old_status = before.as_ref().map(|c| c.0.as_str()),
+                        old_reason = before.as_ref().map(|c| c.1.as_str()),
+                        status = after.as_ref().map(|c| c.0.as_str()),
+                        reason = after.as_ref().map(|c| c.1.as_str()),
+                        "runtime policy condition changed"
+                    );
+                }
+                return Ok(());
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 5 => {}
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+fn accepted_condition(status: Option<&SGPURuntimePolicyStatus>) -> Option<(String, String)> {
+    status?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|condition| condition.type_ == CONDITION_ACCEPTED)
+        .map(|condition| (condition.status.clone(), condition.reason.clone()))
 }
 
 /// Whether the cached Node with this binding's name and UID carries
@@ -266,7 +392,7 @@ async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<()
     if live_inventory.uid().as_deref() != Some(uid.as_str()) {
         return Err(format!("inventory {name:?} was replaced; retrying status").into());
     }
-    let desired = inventory_status(
+    let mut desired = inventory_status(
         live_inventory.status.as_ref(),
         &facts,
         rack_groups_summary(&cached),
@@ -276,6 +402,7 @@ async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<()
         live_inventory.metadata.generation,
         &now(),
     );
+    desired.runtime_policies = policy_summary(context, name);
     if live_inventory.status.as_ref() == Some(&desired) {
         return Ok(());
     }

@@ -320,6 +320,7 @@ pub fn inventory_status(
             existing.and_then(|status| status.conditions.as_deref()),
             inventory_conditions(facts, generation, now),
         )),
+        runtime_policies: None,
     }
 }
 

@@ -11,8 +11,8 @@ mod merge;
 mod target;
 
 pub use evaluate::{
-    CONDITION_ACCEPTED, Decision, Evaluation, EvaluationInput, GpuCoordinate, Outcome,
-    policy_status,
+    CONDITION_ACCEPTED, Decision, Evaluation, EvaluationError, EvaluationInput, GpuCoordinate,
+    Outcome, policy_status,
 };
 pub use merge::{field_paths, merge_via_json};
 pub use target::{

@@ -5,6 +5,8 @@
 
 mod caches;
 mod lifecycle;
+mod node_api;
+mod policies;
 mod replicas;
 mod restarts;
 pub(crate) mod support;

@@ -1,66 +1,14 @@
 //! Report 5.2: standby, caches and promotion; two replicas and a leader
 //! change mid-reconcile.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use mokka::identity::rack_name;
-use serde_json::json;
 
 use super::support::*;
-
-/// Mutating requests kube-sim answered, by `verb resource` (every code).
-fn mutating_requests(cluster: &Cluster) -> BTreeMap<String, u64> {
-    let Some(sim) = cluster.sim() else {
-        return BTreeMap::new();
-    };
-    let mut counts = BTreeMap::new();
-    for line in sim.metrics().encode().lines() {
-        let Some(rest) = line.strip_prefix("kube_sim_requests_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
-        let verb = label("verb");
-        let resource = label("resource");
-        // kube-sim's simulated kubelet renews its Node Leases and Node status;
-        // the Lease of the election is checked by its resourceVersion instead.
-        if resource == "leases" || resource == "nodes/status" {
-            continue;
-        }
-        if ["create", "update", "patch", "delete", "deletecollection"].contains(&verb.as_str()) {
-            *counts.entry(format!("{verb} {resource}")).or_default() +=
-                value.trim().parse::<u64>().unwrap_or(0);
-        }
-    }
-    counts
-}
-
-/// A Lease held by a replica that is not running, renewed `now`, for `seconds`.
-async fn hold_lease(cluster: &Cluster, holder: &str, seconds: i32) -> Lease {
-    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), LEASE_NAMESPACE);
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let lease: Lease = serde_json::from_value(json!({
-        "metadata": {"name": LEASE_NAME, "namespace": LEASE_NAMESPACE},
-        "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds, "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
-    }))
-    .unwrap();
-    leases
-        .create(&PostParams::default(), &lease)
-        .await
-        .expect("the test holds the Lease")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_serves_from_caches_keeps_its_queues_empty_and_makes_no_mutating_call_until_promoted()

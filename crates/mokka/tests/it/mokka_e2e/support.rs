@@ -4,6 +4,7 @@
 //! restricted kubeconfig of deploy/mokka's ServiceAccount, so its RBAC is
 //! what a cluster enforces.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::KubeSim;
 use kube_sim::lane::Lane;
-use mokka::api::{SGPUInventory, SGPURack, SGPURackProfile};
+use mokka::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy};
 use mokka::controller::MokkaController;
 use mokka::plan::options::Options;
 use serde_json::json;
@@ -27,6 +28,11 @@ pub const LEASE_NAMESPACE: &str = "mokka-system";
 pub const LEASE_NAME: &str = "mokka-e2e.mokka.nvidia.com";
 /// Every test Node carries it; the real lane's clean-up selects by it.
 pub const TEST_NODE_LABEL: &str = "mokka-e2e";
+/// The Node a static bearer token speaks for on both lanes (the real lane's
+/// `--token-auth-file`, kube-sim's static tokens).
+pub const TOKEN_NODE: &str = "mokka-agent-node";
+/// kube-sim's static token for [`TOKEN_NODE`] (the real lane's is random).
+const SIM_NODE_TOKEN: &str = "kube-sim-static-token-for-mokka-agent-node";
 
 pub struct Cluster {
     pub sim: Option<KubeSim>,
@@ -34,18 +40,30 @@ pub struct Cluster {
     pub client: kube::Client,
     /// What the controller runs with.
     pub controller_client: kube::Client,
+    /// A bearer token of Node [`TOKEN_NODE`] (`system:node:…` in `system:nodes`).
+    pub node_token: String,
 }
 
 impl Cluster {
     pub async fn start() -> Cluster {
         match Lane::from_env().expect("GPUFLEET_TEST_CLUSTER") {
             Lane::Sim => {
-                let sim = KubeSim::builder().start().await.expect("kube-sim starts");
+                let sim = KubeSim::builder()
+                    .static_tokens([kube_sim::tokens::StaticToken::new(
+                        SIM_NODE_TOKEN,
+                        &format!("system:node:{TOKEN_NODE}"),
+                        "node-uid",
+                        &["system:nodes"],
+                    )])
+                    .start()
+                    .await
+                    .expect("kube-sim starts");
                 let client = sim.client();
                 let cluster = Cluster {
                     sim: Some(sim),
                     controller_client: client.clone(),
                     client,
+                    node_token: SIM_NODE_TOKEN.to_string(),
                 };
                 cluster.install_crds().await;
                 cluster.create_namespace(LEASE_NAMESPACE).await;
@@ -65,10 +83,22 @@ impl Cluster {
                     kube_sim::lane::client_from_kubeconfig(&controller_kubeconfig)
                         .await
                         .expect("mokka kubeconfig");
+                let token_file = real.dir.join("token-auth.csv");
+                let node_token = std::fs::read_to_string(&token_file)
+                    .ok()
+                    .and_then(|text| text.split(',').next().map(str::to_string))
+                    .filter(|token| !token.is_empty())
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{} is missing: restart the lane with a scripts/real-cluster.sh that writes --token-auth-file",
+                            token_file.display()
+                        )
+                    });
                 let cluster = Cluster {
                     sim: None,
                     client,
                     controller_client,
+                    node_token,
                 };
                 cluster.clean().await;
                 cluster
@@ -90,10 +120,55 @@ impl Cluster {
             sim: Some(sim),
             controller_client: client.clone(),
             client,
+            node_token: String::new(),
         };
         cluster.install_crds().await;
         cluster.create_namespace(LEASE_NAMESPACE).await;
         cluster
+    }
+
+    /// A token of ServiceAccount `name` (in the Lease namespace), which may
+    /// `get` sgpuracks when `may_read_racks`.
+    pub async fn service_account_token(&self, name: &str, may_read_racks: bool) -> String {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let account: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        ignore_exists(accounts.create(&PostParams::default(), &account).await);
+        if may_read_racks {
+            let roles: Api<ClusterRole> = Api::all(self.client.clone());
+            let role: ClusterRole = serde_json::from_value(json!({
+                "metadata": {"name": "mokka-e2e-rack-reader"},
+                "rules": [{"apiGroups": ["mokka.nvidia.com"], "resources": ["sgpuracks"], "verbs": ["get"]}]
+            }))
+            .unwrap();
+            ignore_exists(roles.create(&PostParams::default(), &role).await);
+            let bindings: Api<ClusterRoleBinding> = Api::all(self.client.clone());
+            let binding: ClusterRoleBinding = serde_json::from_value(json!({
+                "metadata": {"name": format!("mokka-e2e-{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "mokka-e2e-rack-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": LEASE_NAMESPACE}]
+            }))
+            .unwrap();
+            ignore_exists(bindings.create(&PostParams::default(), &binding).await);
+        }
+        let issued = accounts
+            .create_token_request(
+                name,
+                &PostParams::default(),
+                &TokenRequest {
+                    spec: TokenRequestSpec {
+                        expiration_seconds: Some(3600),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("TokenRequest answered");
+        issued.status.expect("a token").token
     }
 
     pub fn sim(&self) -> Option<&KubeSim> {
@@ -152,6 +227,11 @@ impl Cluster {
             let _ = inventories.delete(&name, &DeleteParams::default()).await;
         }
         profiles
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .unwrap();
+        let policies: Api<SGPURuntimePolicy> = Api::all(self.client.clone());
+        policies
             .delete_collection(&DeleteParams::default(), &ListParams::default())
             .await
             .unwrap();
@@ -258,6 +338,43 @@ impl Cluster {
         .await;
     }
 
+    /// A runtime policy on inventory `inventory`: `target` holds the optional
+    /// axes (`rackGroups`, `rackIndexes`, …), `runtime` the override.
+    pub async fn create_policy(
+        &self,
+        name: &str,
+        inventory: &str,
+        target: serde_json::Value,
+        runtime: serde_json::Value,
+    ) -> SGPURuntimePolicy {
+        let mut target_ref = json!({
+            "group": "mokka.nvidia.com",
+            "kind": "SGPUInventory",
+            "name": inventory,
+        });
+        if let (Some(target_ref), Some(axes)) = (target_ref.as_object_mut(), target.as_object()) {
+            target_ref.extend(axes.clone());
+        }
+        let policy: SGPURuntimePolicy = serde_json::from_value(json!({
+            "apiVersion": "mokka.nvidia.com/v1alpha1",
+            "kind": "SGPURuntimePolicy",
+            "metadata": {"name": name},
+            "spec": {"targetRef": target_ref, "runtime": runtime}
+        }))
+        .unwrap();
+        self.policies()
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("policy accepted")
+    }
+
+    pub fn policies(&self) -> Api<SGPURuntimePolicy> {
+        Api::all(self.client.clone())
+    }
+    pub fn profiles(&self) -> Api<SGPURackProfile> {
+        Api::all(self.client.clone())
+    }
+
     pub fn nodes(&self) -> Api<Node> {
         Api::all(self.client.clone())
     }
@@ -334,6 +451,14 @@ impl Replica {
     }
 }
 
+fn ignore_exists<T>(result: Result<T, kube::Error>) {
+    match result {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("creating a test object: {error}"),
+    }
+}
+
 /// Polls `check` until it returns Some (30 s at most).
 pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
@@ -369,6 +494,27 @@ pub fn condition(inventory: &SGPUInventory, kind: &str) -> Option<(String, Strin
         .iter()
         .find(|c| c.type_ == kind)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// The `Accepted` condition of a policy, as (status, reason, message, observedGeneration).
+pub fn policy_condition(
+    policy: &SGPURuntimePolicy,
+) -> Option<(String, String, String, Option<i64>)> {
+    policy
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Accepted")
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone(),
+                c.message.clone(),
+                c.observed_generation,
+            )
+        })
 }
 
 /// The Node names bound in a rack, by slot.
@@ -408,4 +554,60 @@ pub fn unprojected(node: &Node) -> bool {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key("mokka.nvidia.com/sgpu-assignment"))
+}
+
+/// Mutating requests kube-sim answered, by `verb resource` (every code).
+pub fn mutating_requests(cluster: &Cluster) -> BTreeMap<String, u64> {
+    let Some(sim) = cluster.sim() else {
+        return BTreeMap::new();
+    };
+    let mut counts = BTreeMap::new();
+    for line in sim.metrics().encode().lines() {
+        let Some(rest) = line.strip_prefix("kube_sim_requests_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        let resource = label("resource");
+        // kube-sim's simulated kubelet renews its Node Leases and Node status;
+        // the Lease of the election is checked by its resourceVersion instead.
+        if resource == "leases" || resource == "nodes/status" {
+            continue;
+        }
+        // Token and access reviews are computed, never stored: not writes.
+        if resource.ends_with("reviews") {
+            continue;
+        }
+        if ["create", "update", "patch", "delete", "deletecollection"].contains(&verb.as_str()) {
+            *counts.entry(format!("{verb} {resource}")).or_default() +=
+                value.trim().parse::<u64>().unwrap_or(0);
+        }
+    }
+    counts
+}
+
+/// A Lease held by a replica that is not running, renewed `now`, for `seconds`.
+pub async fn hold_lease(cluster: &Cluster, holder: &str, seconds: i32) -> Lease {
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), LEASE_NAMESPACE);
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": LEASE_NAME, "namespace": LEASE_NAMESPACE},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds, "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
+    }))
+    .unwrap();
+    // A Lease released by a stopped replica may still exist.
+    let _ = leases.delete(LEASE_NAME, &DeleteParams::default()).await;
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("the test holds the Lease")
 }

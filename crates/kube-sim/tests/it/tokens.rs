@@ -1,0 +1,136 @@
+//! TokenRequest and TokenReview through the kube client: issued
+//! ServiceAccount tokens and static `--token-auth-file` tokens authenticate,
+//! anything else does not, and a deleted ServiceAccount's tokens die with it.
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec, TokenReview};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube_sim::KubeSim;
+use kube_sim::tokens::StaticToken;
+use serde_json::json;
+
+use super::support::status_of;
+
+async fn review(client: &kube::Client, token: &str) -> serde_json::Value {
+    let reviews: Api<TokenReview> = Api::all(client.clone());
+    let review: TokenReview = serde_json::from_value(json!({"spec": {"token": token}})).unwrap();
+    let answered = reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("a TokenReview is answered");
+    serde_json::to_value(answered.status).unwrap()
+}
+
+#[tokio::test]
+async fn a_token_request_issues_a_token_that_a_token_review_maps_to_the_service_account_until_it_is_deleted()
+ {
+    let sim = KubeSim::builder().start().await.unwrap();
+    let client = sim.client();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "agent"}})).unwrap();
+    let account = accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let issued = accounts
+        .create_token_request(
+            "agent",
+            &PostParams::default(),
+            &TokenRequest {
+                spec: TokenRequestSpec {
+                    expiration_seconds: Some(1200),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("TokenRequest is answered");
+    let status = issued.status.expect("a token");
+    assert_eq!(issued.spec.expiration_seconds, Some(1200));
+    assert_eq!(
+        issued.spec.audiences,
+        vec![kube_sim::tokens::DEFAULT_AUDIENCE.to_string()]
+    );
+    assert!(status.expiration_timestamp.0 > k8s_openapi::jiff::Timestamp::now());
+
+    let answer = review(&client, &status.token).await;
+    assert_eq!(answer["authenticated"], json!(true));
+    assert_eq!(
+        answer["user"]["username"],
+        json!("system:serviceaccount:default:agent")
+    );
+    assert_eq!(answer["user"]["uid"], json!(account.metadata.uid.unwrap()));
+    assert_eq!(
+        answer["user"]["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
+
+    let rejected = review(&client, "not-a-token").await;
+    assert_eq!(rejected["authenticated"], json!(null));
+    assert_eq!(rejected["error"], json!("invalid bearer token"));
+
+    accounts
+        .delete("agent", &DeleteParams::default())
+        .await
+        .unwrap();
+    let orphan = review(&client, &status.token).await;
+    assert_ne!(orphan["authenticated"], json!(true));
+
+    let short = accounts
+        .create_token_request("agent", &PostParams::default(), &TokenRequest::default())
+        .await;
+    assert_eq!(status_of(short).code, 404, "no account, no token");
+}
+
+#[tokio::test]
+async fn a_static_token_authenticates_its_user_and_a_too_short_token_request_is_invalid() {
+    let file = "node-secret,system:node:gpu-1,node-uid,\"system:nodes\"\n";
+    let sim = KubeSim::builder()
+        .static_tokens(StaticToken::parse_file(file).unwrap())
+        .start()
+        .await
+        .unwrap();
+    let client = sim.client();
+    let answer = review(&client, "node-secret").await;
+    assert_eq!(answer["authenticated"], json!(true));
+    assert_eq!(answer["user"]["username"], json!("system:node:gpu-1"));
+    assert_eq!(
+        answer["user"]["groups"],
+        json!(["system:nodes", "system:authenticated"])
+    );
+
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "brief"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = status_of(
+        accounts
+            .create_token_request(
+                "brief",
+                &PostParams::default(),
+                &TokenRequest {
+                    spec: TokenRequestSpec {
+                        expiration_seconds: Some(60),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await,
+    );
+    assert_eq!(status.code, 422);
+    assert_eq!(
+        status.message,
+        "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"
+    );
+}
