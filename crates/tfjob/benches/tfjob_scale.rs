@@ -297,9 +297,9 @@ fn has_condition(job: &TFJobObject, type_: &str, only_true: bool) -> bool {
         .get("conditions")
         .and_then(|c| c.as_array())
         .is_some_and(|conditions| {
-            conditions.iter().any(|c| {
-                c["type"] == type_ && (!only_true || c["status"] == "True")
-            })
+            conditions
+                .iter()
+                .any(|c| c["type"] == type_ && (!only_true || c["status"] == "True"))
         })
 }
 
@@ -313,7 +313,10 @@ fn observe(client: &kube::Client, progress: &Arc<Mutex<Progress>>, stop: &Cancel
         while let Ok(Some(pod)) = stream.try_next().await {
             let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
             if running && let Some(name) = pod.metadata.name {
-                seen.lock().pods_running.entry(name).or_insert_with(Instant::now);
+                seen.lock()
+                    .pods_running
+                    .entry(name)
+                    .or_insert_with(Instant::now);
             }
         }
     });
@@ -329,7 +332,9 @@ fn observe(client: &kube::Client, progress: &Arc<Mutex<Progress>>, stop: &Cancel
             };
             let mut seen = seen.lock();
             if has_condition(&job, "Running", false) {
-                seen.jobs_running.entry(name.clone()).or_insert_with(Instant::now);
+                seen.jobs_running
+                    .entry(name.clone())
+                    .or_insert_with(Instant::now);
             }
             if has_condition(&job, "Succeeded", true) {
                 seen.jobs_succeeded.entry(name).or_insert_with(Instant::now);
@@ -400,9 +405,12 @@ async fn run_once(args: &Args) -> RunResult {
             let jobs = jobs.clone();
             let run_seconds = args.run_seconds;
             async move {
-                jobs.create(&PostParams::default(), &job(&format!("job-{i:04}"), run_seconds))
-                    .await
-                    .expect("job create")
+                jobs.create(
+                    &PostParams::default(),
+                    &job(&format!("job-{i:04}"), run_seconds),
+                )
+                .await
+                .expect("job create")
             }
         })
         .buffer_unordered(32)
@@ -414,7 +422,11 @@ async fn run_once(args: &Args) -> RunResult {
     loop {
         let (running, jobs_running, succeeded) = {
             let p = progress.lock();
-            (p.pods_running.len(), p.jobs_running.len(), p.jobs_succeeded.len())
+            (
+                p.pods_running.len(),
+                p.jobs_running.len(),
+                p.jobs_succeeded.len(),
+            )
         };
         if succeeded >= args.jobs {
             break;
@@ -444,9 +456,9 @@ async fn run_once(args: &Args) -> RunResult {
     let _ = task.await;
     drop(sim);
     let all = counts.lock().clone();
-    let (writes, reads) = all
-        .into_iter()
-        .partition(|((verb, _), _)| matches!(verb.as_str(), "create" | "update" | "patch" | "delete"));
+    let (writes, reads) = all.into_iter().partition(|((verb, _), _)| {
+        matches!(verb.as_str(), "create" | "update" | "patch" | "delete")
+    });
     RunResult {
         pods_running,
         jobs_running,
