@@ -230,6 +230,7 @@ fn builtins() -> Vec<Builtin> {
     use k8s_openapi::api::events::v1 as events;
     use k8s_openapi::api::policy::v1 as policy;
     use k8s_openapi::api::rbac::v1 as rbac;
+    use k8s_openapi::api::scheduling::v1 as scheduling;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     // Workloads and RBAC are stored and served (so manifests apply and
     // controllers can read them) but nothing acts on them: no Deployment
@@ -405,7 +406,7 @@ fn builtins() -> Vec<Builtin> {
         },
         // Stored and served so charts that ship them apply; kube-sim
         // neither enforces a disruption budget nor evaluates an admission
-        // policy's CEL (docs/known-differences.yaml).
+        // policy's CEL (docs/kube-sim.md, Limits).
         Builtin {
             group: "policy",
             version: "v1",
@@ -446,6 +447,23 @@ fn builtins() -> Vec<Builtin> {
             name_rule: Subdomain,
             status_on_create: Keep,
             normalize: roundtrip::<admission::ValidatingAdmissionPolicyBinding>,
+            extra_fields: &[],
+        },
+        // Stored and served for controllers that read priorities (gang
+        // schedulers' minResources); pods' priorityClassName is not
+        // resolved against them.
+        Builtin {
+            group: "scheduling.k8s.io",
+            version: "v1",
+            kind: "PriorityClass",
+            plural: "priorityclasses",
+            namespaced: false,
+            short_names: &["pc"],
+            categories: &[],
+            status: false,
+            name_rule: Subdomain,
+            status_on_create: Keep,
+            normalize: roundtrip::<scheduling::PriorityClass>,
             extra_fields: &[],
         },
         Builtin {
@@ -668,6 +686,10 @@ mod tests {
         let r = Registry::with_builtins();
         assert!(r.lookup("", "v1", "pods").is_some());
         assert!(r.lookup("coordination.k8s.io", "v1", "leases").is_some());
+        assert!(
+            r.lookup("scheduling.k8s.io", "v1", "priorityclasses")
+                .is_some()
+        );
         assert!(r.lookup("", "v2", "pods").is_none());
         let groups = r.groups();
         assert_eq!(groups["events.k8s.io"], vec!["v1".to_string()]);

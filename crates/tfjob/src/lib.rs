@@ -12,6 +12,7 @@
 pub mod api;
 pub mod metrics;
 pub mod plan;
+pub mod pod_groups;
 pub mod reconcile;
 pub mod run;
 

@@ -75,6 +75,8 @@ pub struct Metrics {
     pub failed_pods: Counter,
     pub created_services: Counter,
     pub failed_services: Counter,
+    pub created_pod_groups: Counter,
+    pub deleted_pod_groups: Counter,
     /// Every reconcile pass (its `_count` is the number of passes).
     pub reconcile_duration: Histogram,
     /// Job creation to its first Running condition.
@@ -94,6 +96,8 @@ impl Default for Metrics {
             failed_pods: Counter::default(),
             created_services: Counter::default(),
             failed_services: Counter::default(),
+            created_pod_groups: Counter::default(),
+            deleted_pod_groups: Counter::default(),
             reconcile_duration: Histogram::new(RECONCILE_BUCKETS),
             time_to_running: Histogram::new(TIME_TO_RUNNING_BUCKETS),
         }
@@ -138,6 +142,16 @@ impl Metrics {
             "failed_service_creation",
             "Service creations that failed",
             metrics.failed_services.clone(),
+        );
+        r.register(
+            "created_pod_groups",
+            "PodGroups created (gang scheduling)",
+            metrics.created_pod_groups.clone(),
+        );
+        r.register(
+            "deleted_pod_groups",
+            "PodGroups deleted (gang scheduling)",
+            metrics.deleted_pod_groups.clone(),
         );
         r.register(
             "training_operator_reconcile_duration_seconds",

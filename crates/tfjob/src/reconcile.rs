@@ -20,8 +20,9 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::api::{API_VERSION, JobStatus, KIND, PodGroupObject, TFJobObject};
+use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
 use crate::plan::{self, ChildAction, EventType, PlanConfig, PlannedEvent, conditions, names};
+use crate::pod_groups::{self, PodGroupStore, PodGroupWrite};
 
 /// Index of pods and Services by the UID of their controlling TFJob.
 pub const INDEX_OWNER: &str = "tfjob-owner";
@@ -34,6 +35,8 @@ pub const INDEX_JOB_LABEL: &str = "tfjob-name";
 pub enum ReconcileFailure {
     #[error("invalid tfjob key {0:?}: either namespace or name is missing")]
     InvalidKey(String),
+    #[error(transparent)]
+    PodGroup(#[from] pod_groups::PodGroupError),
     #[error("{what} {name}: {source}")]
     Api {
         what: &'static str,
@@ -76,8 +79,10 @@ pub struct Context {
     pub jobs: CachedStore<TFJobObject>,
     pub pods: CachedStore<Pod>,
     pub services: CachedStore<Service>,
-    /// Volcano PodGroups, when gang scheduling is on.
-    pub pod_groups: Option<CachedStore<PodGroupObject>>,
+    /// The gang scheduler's PodGroups, when gang scheduling is on.
+    pub pod_groups: Option<PodGroupStore>,
+    /// PriorityClasses, when gang scheduling is on.
+    pub priority_classes: Option<CachedStore<k8s_openapi::api::scheduling::v1::PriorityClass>>,
     pub config: PlanConfig,
     pub events: EventSink,
     pub metrics: crate::metrics::Metrics,
@@ -90,8 +95,10 @@ pub struct Stores {
     pub jobs: CachedStore<TFJobObject>,
     pub pods: CachedStore<Pod>,
     pub services: CachedStore<Service>,
-    /// Volcano PodGroups, when gang scheduling is on.
-    pub pod_groups: Option<CachedStore<PodGroupObject>>,
+    /// The gang scheduler's PodGroups, when gang scheduling is on.
+    pub pod_groups: Option<PodGroupStore>,
+    /// PriorityClasses, when gang scheduling is on.
+    pub priority_classes: Option<CachedStore<k8s_openapi::api::scheduling::v1::PriorityClass>>,
 }
 
 impl Context {
@@ -108,6 +115,7 @@ impl Context {
             pods: stores.pods,
             services: stores.services,
             pod_groups: stores.pod_groups,
+            priority_classes: stores.priority_classes,
             config,
             events,
             metrics,
@@ -203,28 +211,14 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     let service_refs: Vec<&Service> = services.iter().map(Arc::as_ref).collect();
     let old_status = object.status();
     let now = jiff::Timestamp::now();
-    // The job's PodGroup: named after it and controlled by it.
-    let pod_group = ctx
-        .pod_groups
-        .as_ref()
-        .and_then(|groups| groups.get_namespaced(namespace, name))
-        .filter(|group| {
-            names::controller_of(group.metadata.owner_references.as_ref())
-                .is_some_and(|owner| owner.uid == uid)
-        })
-        .map(|group| plan::gang::ObservedPodGroup {
-            uid: group.metadata.uid.clone(),
-            phase: group.phase(),
-            created: group.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        });
-    let plan = plan::plan_with_pod_group(
-        &object,
-        &pod_refs,
-        &service_refs,
-        pod_group.as_ref(),
-        now,
-        &ctx.config,
+    let gang = pod_groups::snapshot(
+        ctx.pod_groups.as_ref(),
+        ctx.priority_classes.as_ref(),
+        namespace,
+        name,
+        &uid,
     );
+    let plan = plan::plan_with_gang(&object, &pod_refs, &service_refs, &gang, now, &ctx.config);
 
     // Status first: the failures it counts (by pod UID) are on record
     // before the pods that showed them are deleted, so neither a failed
@@ -501,23 +495,27 @@ async fn execute(
             set_child_owners(&services, "claiming service", name, uid, &owners).await
         }
         ChildAction::CreatePodGroup(group) => {
-            let groups: Api<PodGroupObject> = Api::namespaced(ctx.client.clone(), namespace);
-            let group: PodGroupObject = serde_json::from_value(*group).unwrap_or_default();
-            let name = group.metadata.name.clone().unwrap_or_default();
-            match groups.create(&PostParams::default(), &group).await {
-                Ok(_) => Ok(()),
-                Err(error) if is_status(&error, 409) => Ok(()),
-                Err(source) => Err(ReconcileFailure::Api {
-                    what: "creating podgroup",
-                    name,
-                    source,
-                }),
+            if pod_group_write(ctx, namespace, PodGroupWrite::Create(*group)).await? {
+                ctx.metrics.created_pod_groups.inc();
             }
+            Ok(())
+        }
+        ChildAction::UpdatePodGroup { name, uid, spec } => {
+            let write = PodGroupWrite::Update {
+                name,
+                uid,
+                spec: *spec,
+            };
+            pod_group_write(ctx, namespace, write).await.map(drop)
         }
         ChildAction::DeletePodGroup { name, uid } => {
-            let groups: Api<PodGroupObject> = Api::namespaced(ctx.client.clone(), namespace);
-            match groups.delete(&name, &delete_params(uid, None)).await {
-                Ok(_) => {
+            let write = PodGroupWrite::Delete {
+                name: name.clone(),
+                uid,
+            };
+            match pod_group_write(ctx, namespace, write).await {
+                Ok(true) => {
+                    ctx.metrics.deleted_pod_groups.inc();
                     let message = format!("Deleted PodGroup: {name}");
                     event(
                         ctx,
@@ -529,12 +527,19 @@ async fn execute(
                     .await;
                     Ok(())
                 }
-                Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
-                Err(source) => Err(ReconcileFailure::Api {
-                    what: "deleting podgroup",
-                    name,
-                    source,
-                }),
+                Ok(false) => Ok(()),
+                Err(error) => {
+                    let message = format!("Error deleting: {error}");
+                    event(
+                        ctx,
+                        reference,
+                        KubeEventType::Warning,
+                        "FailedDeletePodGroup",
+                        message,
+                    )
+                    .await;
+                    Err(error)
+                }
             }
         }
         ChildAction::DeleteJob { name, uid } => {
@@ -574,6 +579,21 @@ async fn execute(
             }
         }
     }
+}
+
+/// A PodGroup write against the configured gang scheduler's API (the
+/// planner only asks for one when gang scheduling is on).
+async fn pod_group_write(
+    ctx: &Context,
+    namespace: &str,
+    write: PodGroupWrite,
+) -> Result<bool, ReconcileFailure> {
+    let Some(gang) = ctx.config.gang.as_ref() else {
+        return Ok(false);
+    };
+    pod_groups::execute(&ctx.client, gang.scheduler(), namespace, write)
+        .await
+        .map_err(ReconcileFailure::from)
 }
 
 /// Owner references replaced as a whole; the UID makes the patch apply to

@@ -14,10 +14,14 @@ use kube::Api;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{PodGroupObject, TFJobObject};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+
+use crate::api::{PodGroupApi, PodGroupObject, TFJobObject};
 use crate::metrics::Metrics;
 use crate::plan::PlanConfig;
+use crate::plan::gang::GangScheduler;
 use crate::plan::names::WATCH_SELECTOR;
+use crate::pod_groups::{self, PodGroupStore};
 use crate::reconcile::{self, Context, INDEX_JOB_LABEL, INDEX_OWNER};
 
 /// Settings of one operator replica.
@@ -92,6 +96,32 @@ where
         })
 }
 
+/// The cache of one gang scheduler's PodGroups.
+fn pod_group_cache<A: PodGroupApi>(
+    manager: &Manager,
+    client: &kube::Client,
+    namespace: Option<&str>,
+) -> Result<CachedStore<PodGroupObject<A>>, controller_kit::caches::CacheError> {
+    manager.caches().add(
+        "podgroups",
+        api(client, namespace),
+        watcher::Config::default(),
+        StoreOptions::default().transform(|group: &mut PodGroupObject<A>| {
+            group.metadata.managed_fields = None;
+        }),
+    )
+}
+
+/// Enqueues the job that controls a PodGroup (its admission wakes the job).
+fn route_pod_group<A: PodGroupApi>(
+    event: &ObjectEvent<PodGroupObject<A>>,
+    queue: &controller_kit::Enqueue<String>,
+) {
+    if let Some(key) = reconcile::child_key(&event.object().metadata) {
+        queue.add(key);
+    }
+}
+
 impl Operator {
     /// Sets up caches and the controller; nothing runs until [`Operator::run`].
     pub fn new(client: kube::Client, config: OperatorConfig) -> Result<Operator, RunError> {
@@ -133,16 +163,27 @@ impl Operator {
                 child_store_options(|service: &Service| &service.metadata),
             )
             .map_err(setup)?;
-        let pod_groups: Option<CachedStore<PodGroupObject>> = match config.plan.gang {
+        let pod_groups = match config.plan.gang.as_ref().map(|gang| gang.scheduler()) {
+            Some(GangScheduler::Volcano) => Some(PodGroupStore::Volcano(
+                pod_group_cache(&manager, &client, namespace).map_err(setup)?,
+            )),
+            Some(GangScheduler::SchedulerPlugins) => Some(PodGroupStore::SchedulerPlugins(
+                pod_group_cache(&manager, &client, namespace).map_err(setup)?,
+            )),
+            None => None,
+        };
+        // Cluster-scoped, few and small: their values order a gang's
+        // minResources.
+        let priority_classes: Option<CachedStore<PriorityClass>> = match config.plan.gang {
             Some(_) => Some(
                 manager
                     .caches()
                     .add(
-                        "podgroups",
-                        api(&client, namespace),
+                        "priorityclasses",
+                        Api::all(client.clone()),
                         watcher::Config::default(),
-                        StoreOptions::default().transform(|group: &mut PodGroupObject| {
-                            group.metadata.managed_fields = None;
+                        StoreOptions::default().transform(|class: &mut PriorityClass| {
+                            class.metadata.managed_fields = None;
                         }),
                     )
                     .map_err(setup)?,
@@ -161,6 +202,7 @@ impl Operator {
                 pods: pods.clone(),
                 services: services.clone(),
                 pod_groups: pod_groups.clone(),
+                priority_classes: priority_classes.clone(),
             },
             config.plan.clone(),
             events,
@@ -200,11 +242,33 @@ impl Operator {
         };
         let controller = match &pod_groups {
             // Admission (the group's phase) wakes its job.
-            Some(groups) => controller.watches(groups, |event, queue| {
-                if let Some(key) = reconcile::child_key(&event.object().metadata) {
-                    queue.add(key);
-                }
-            }),
+            Some(PodGroupStore::Volcano(groups)) => controller.watches(groups, route_pod_group),
+            Some(PodGroupStore::SchedulerPlugins(groups)) => {
+                controller.watches(groups, route_pod_group)
+            }
+            None => controller,
+        };
+        let controller = match &priority_classes {
+            // A class created, changed or deleted reorders the minResources
+            // of the jobs naming it.
+            Some(classes) => {
+                let jobs = jobs.clone();
+                controller.watches(classes, move |event, queue| {
+                    let Some(class) = event.object().metadata.name.as_deref() else {
+                        return;
+                    };
+                    for job in jobs.state() {
+                        if pod_groups::names_priority_class(&job.spec, class)
+                            && let (Some(namespace), Some(name)) = (
+                                job.metadata.namespace.as_deref(),
+                                job.metadata.name.as_deref(),
+                            )
+                        {
+                            queue.add(format!("{namespace}/{name}"));
+                        }
+                    }
+                })
+            }
             None => controller,
         };
         manager.add(controller);

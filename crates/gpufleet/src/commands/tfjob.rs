@@ -66,14 +66,17 @@ pub struct RunArgs {
     /// JSON log records (true) or text (false); overrides --log-format.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub json_log_format: Option<bool>,
-    /// Volcano PodGroups: each job's group is created first and its pods
-    /// only once Volcano admitted it.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set)]
-    pub enable_gang_scheduling: bool,
-    /// The gang scheduler: `volcano` (scheduler-plugins is not supported
-    /// yet and refused).
-    #[arg(long, default_value = "volcano")]
-    pub gang_scheduler_name: String,
+    /// Gang scheduling: each job's PodGroup is created before its pods
+    /// (with Volcano the pods wait until the group is admitted). Without
+    /// this flag, a non-empty --gang-scheduler-name turns it on, as in
+    /// training-operator; `=false` turns it off whatever the name.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_gang_scheduling: Option<bool>,
+    /// The gang scheduler: `volcano` (the default; Volcano PodGroups) or the
+    /// name of a scheduler-plugins scheduler with the coscheduling plugin
+    /// (scheduling.x-k8s.io PodGroups, pods get this schedulerName).
+    #[arg(long)]
+    pub gang_scheduler_name: Option<String>,
     /// Port of the plain-HTTP `/metrics` (with `/healthz`, `/readyz`) on all
     /// addresses; 0 turns the server off. Shorthand for
     /// `--metrics-bind-address 0.0.0.0:PORT`.
@@ -226,14 +229,24 @@ impl RunArgs {
         }
     }
 
+    /// Gang scheduling from `--enable-gang-scheduling` and
+    /// `--gang-scheduler-name`: tf-operator's switch with Volcano as the
+    /// default scheduler, or training-operator's scheduler name alone.
+    fn gang_config(&self) -> anyhow::Result<Option<::tfjob::plan::gang::GangConfig>> {
+        let name = self.gang_scheduler_name.as_deref();
+        let scheduler_name = match (self.enable_gang_scheduling, name) {
+            (Some(false), _) | (None, None | Some("")) => return Ok(None),
+            (Some(true), Some("")) => anyhow::bail!(
+                "--gang-scheduler-name \"\": must name the gang scheduler (volcano, or a scheduler-plugins scheduler) when --enable-gang-scheduling is on"
+            ),
+            (_, Some(name)) => name.to_string(),
+            (Some(true), None) => ::tfjob::plan::gang::VOLCANO.to_string(),
+        };
+        Ok(Some(::tfjob::plan::gang::GangConfig { scheduler_name }))
+    }
+
     /// The operator's settings from the flags.
     pub fn operator_config(&self) -> anyhow::Result<OperatorConfig> {
-        if self.enable_gang_scheduling && self.gang_scheduler_name != "volcano" {
-            anyhow::bail!(
-                "--gang-scheduler-name {:?}: only volcano PodGroups are supported yet (scheduler-plugins is not); use --gang-scheduler-name volcano",
-                self.gang_scheduler_name
-            );
-        }
         if !(self.qps >= 0.0 && self.qps.is_finite()) {
             anyhow::bail!(
                 "--qps {}: must be a number of requests per second >= 0",
@@ -252,11 +265,7 @@ impl RunArgs {
             CleanPodPolicyArg::None => CleanPodPolicy::None,
         };
         config.plan.retryable_exit_codes = self.retryable_exit_codes.clone();
-        config.plan.gang = self
-            .enable_gang_scheduling
-            .then(|| ::tfjob::plan::gang::GangConfig {
-                scheduler_name: self.gang_scheduler_name.clone(),
-            });
+        config.plan.gang = self.gang_config()?;
         Ok(config)
     }
 }
@@ -484,21 +493,58 @@ mod tests {
                 .to_string();
             assert!(error.contains(value) && error.contains(rule), "{error}");
         }
-        let gang = parse(&[
+        let empty = parse(&[
             "gpufleet",
             "tfjob",
             "--enable-gang-scheduling",
-            "--gang-scheduler-name",
-            "scheduler-plugins-scheduler",
+            "--gang-scheduler-name=",
         ])
         .operator_config()
         .unwrap_err()
         .to_string();
-        assert!(gang.contains("--gang-scheduler-name"), "{gang}");
-        let volcano = parse(&["gpufleet", "tfjob", "-enable-gang-scheduling"])
-            .operator_config()
-            .unwrap();
-        assert_eq!(volcano.plan.gang.unwrap().scheduler_name, "volcano");
+        assert!(
+            empty.contains("--gang-scheduler-name") && empty.contains("must name"),
+            "{empty}"
+        );
+    }
+
+    #[test]
+    fn the_gang_scheduler_follows_tf_operators_switch_or_training_operators_name() {
+        let gang = |args: &[&str]| {
+            let mut argv = vec!["gpufleet", "tfjob"];
+            argv.extend_from_slice(args);
+            parse(&argv)
+                .operator_config()
+                .unwrap()
+                .plan
+                .gang
+                .map(|gang| (gang.scheduler_name.clone(), gang.scheduler()))
+        };
+        use ::tfjob::plan::gang::GangScheduler::{SchedulerPlugins, Volcano};
+        assert_eq!(gang(&[]), None);
+        assert_eq!(
+            gang(&["-enable-gang-scheduling"]),
+            Some(("volcano".into(), Volcano))
+        );
+        assert_eq!(
+            gang(&["--gang-scheduler-name", "scheduler-plugins-scheduler"]),
+            Some(("scheduler-plugins-scheduler".into(), SchedulerPlugins))
+        );
+        assert_eq!(
+            gang(&[
+                "-enable-gang-scheduling=true",
+                "-gang-scheduler-name=volcano"
+            ]),
+            Some(("volcano".into(), Volcano))
+        );
+        assert_eq!(
+            gang(&[
+                "--enable-gang-scheduling=false",
+                "--gang-scheduler-name=volcano"
+            ]),
+            None
+        );
+        assert_eq!(gang(&["--gang-scheduler-name="]), None);
     }
 
     #[test]

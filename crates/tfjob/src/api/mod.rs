@@ -11,7 +11,7 @@ pub mod object;
 pub mod v1alpha1;
 pub mod validate;
 
-pub use object::{PodGroupObject, TFJobObject};
+pub use object::{PodGroupApi, PodGroupObject, SchedulerPlugins, TFJobObject, Volcano};
 pub use types::*;
 
 use std::fmt;

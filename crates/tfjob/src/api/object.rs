@@ -126,13 +126,43 @@ mod tests {
     }
 }
 
-/// A Volcano `PodGroup` (`scheduling.volcano.sh/v1beta1`), for gang
-/// scheduling; only metadata and `status.phase` are read.
+/// The PodGroup API of one gang scheduler, for [`PodGroupObject`].
+pub trait PodGroupApi: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
+    const GROUP: &'static str;
+    const VERSION: &'static str;
+    const API_VERSION: &'static str;
+}
+
+/// Volcano's `scheduling.volcano.sh/v1beta1` PodGroups.
+#[derive(Clone, Debug, Default)]
+pub struct Volcano;
+
+impl PodGroupApi for Volcano {
+    const GROUP: &'static str = "scheduling.volcano.sh";
+    const VERSION: &'static str = "v1beta1";
+    const API_VERSION: &'static str = "scheduling.volcano.sh/v1beta1";
+}
+
+/// scheduler-plugins' coscheduling `scheduling.x-k8s.io/v1alpha1`
+/// PodGroups.
+#[derive(Clone, Debug, Default)]
+pub struct SchedulerPlugins;
+
+impl PodGroupApi for SchedulerPlugins {
+    const GROUP: &'static str = "scheduling.x-k8s.io";
+    const VERSION: &'static str = "v1alpha1";
+    const API_VERSION: &'static str = "scheduling.x-k8s.io/v1alpha1";
+}
+
+/// A gang scheduler's `PodGroup` (Volcano's unless the API says
+/// otherwise); only metadata, `spec` and `status.phase` are read, the
+/// rest kept as JSON.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct PodGroupObject {
-    #[serde(rename = "apiVersion", default = "pod_group_api_version")]
+#[serde(bound = "")]
+pub struct PodGroupObject<A: PodGroupApi = Volcano> {
+    #[serde(rename = "apiVersion", default)]
     pub api_version: String,
-    #[serde(default = "pod_group_kind")]
+    #[serde(default)]
     pub kind: String,
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -140,17 +170,11 @@ pub struct PodGroupObject {
     pub spec: Value,
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub status: Value,
+    #[serde(skip)]
+    api: std::marker::PhantomData<A>,
 }
 
-fn pod_group_api_version() -> String {
-    "scheduling.volcano.sh/v1beta1".to_string()
-}
-
-fn pod_group_kind() -> String {
-    "PodGroup".to_string()
-}
-
-impl Resource for PodGroupObject {
+impl<A: PodGroupApi> Resource for PodGroupObject<A> {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
 
@@ -158,13 +182,13 @@ impl Resource for PodGroupObject {
         Cow::Borrowed("PodGroup")
     }
     fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("scheduling.volcano.sh")
+        Cow::Borrowed(A::GROUP)
     }
     fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1beta1")
+        Cow::Borrowed(A::VERSION)
     }
     fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("scheduling.volcano.sh/v1beta1")
+        Cow::Borrowed(A::API_VERSION)
     }
     fn plural(_: &()) -> Cow<'_, str> {
         Cow::Borrowed("podgroups")
@@ -177,7 +201,7 @@ impl Resource for PodGroupObject {
     }
 }
 
-impl PodGroupObject {
+impl<A: PodGroupApi> PodGroupObject<A> {
     /// `status.phase`, if any.
     pub fn phase(&self) -> Option<String> {
         self.status

@@ -41,7 +41,8 @@ pub struct PlanConfig {
     pub retryable_exit_codes: ExitCodeSet,
     /// Pacing of pod re-creation after counted failures.
     pub backoff: Backoff,
-    /// Gang scheduling with Volcano PodGroups; None: off.
+    /// Gang scheduling with PodGroups (Volcano or scheduler-plugins);
+    /// None: off.
     pub gang: Option<gang::GangConfig>,
 }
 
@@ -88,8 +89,15 @@ pub enum ChildAction {
         uid: Option<String>,
         owners: Vec<OwnerReference>,
     },
-    /// Gang scheduling: the job's Volcano PodGroup, before any pod.
+    /// Gang scheduling: the job's PodGroup, before any pod.
     CreatePodGroup(Box<serde_json::Value>),
+    /// A merge patch of the PodGroup's `spec` (the job changed), only for
+    /// the group of this UID.
+    UpdatePodGroup {
+        name: String,
+        uid: Option<String>,
+        spec: Box<serde_json::Value>,
+    },
     DeletePodGroup {
         name: String,
         uid: Option<String>,
@@ -181,16 +189,24 @@ pub fn plan(
     now: jiff::Timestamp,
     config: &PlanConfig,
 ) -> Plan {
-    plan_with_pod_group(object, pods, services, None, now, config)
+    plan_with_gang(
+        object,
+        pods,
+        services,
+        &gang::GangSnapshot::default(),
+        now,
+        config,
+    )
 }
 
-/// [`plan`] with the job's PodGroup as observed (gang scheduling; `None`
-/// when there is none or gang scheduling is off).
-pub fn plan_with_pod_group(
+/// [`plan`] with what gang scheduling reads: the job's PodGroup as
+/// observed and the cluster's PriorityClasses (ignored when gang
+/// scheduling is off).
+pub fn plan_with_gang(
     object: &TFJobObject,
     pods: &[&Pod],
     services: &[&Service],
-    pod_group: Option<&gang::ObservedPodGroup>,
+    gang: &gang::GangSnapshot,
     now: jiff::Timestamp,
     config: &PlanConfig,
 ) -> Plan {
@@ -220,7 +236,8 @@ pub fn plan_with_pod_group(
         events: Vec::new(),
         status: job.status.clone().unwrap_or_default(),
         wake_at: None,
-        pod_group,
+        pod_group: gang.pod_group.as_ref(),
+        priority_classes: &gang.priority_classes,
     };
     planner.run(pods, services);
     let old = job.status.clone().unwrap_or_default();
@@ -302,6 +319,7 @@ struct Planner<'a> {
     /// The earliest instant something is due without a change.
     wake_at: Option<jiff::Timestamp>,
     pod_group: Option<&'a gang::ObservedPodGroup>,
+    priority_classes: &'a BTreeMap<String, i32>,
 }
 
 /// What one replica type's pods say, before anything is decided.
@@ -838,7 +856,12 @@ impl Planner<'_> {
     /// PodGroup not admitted that long after its creation fails the job
     /// (report 5.3's pending timeout); until then the plan wakes at it.
     fn scheduling_timeout(&mut self) -> Option<Verdict> {
-        self.config.gang.as_ref()?;
+        let gang = self.config.gang.as_ref()?;
+        // Coscheduling has the timeout itself: it is the scheduler's wait
+        // at Permit, after which it releases the group and tries again.
+        if gang.scheduler() != gang::GangScheduler::Volcano {
+            return None;
+        }
         let group = self.pod_group?;
         if group.is_admitted() {
             return None;
@@ -896,18 +919,10 @@ impl Planner<'_> {
                 });
             }
         }
-        if self.config.gang.is_some() {
-            match self.pod_group {
-                // The group first; its pods once Volcano admitted it.
-                None => {
-                    let group = gang::pod_group(self.job, self.spec);
-                    self.actions
-                        .push(ChildAction::CreatePodGroup(Box::new(group)));
-                    return;
-                }
-                Some(group) if !group.is_admitted() => return,
-                Some(_) => {}
-            }
+        if let Some(config) = self.config.gang.clone()
+            && !self.sync_pod_group(config.scheduler())
+        {
+            return;
         }
         if observed.values().all(|seen| seen.missing.is_empty()) {
             return;
@@ -932,6 +947,41 @@ impl Planner<'_> {
         }
     }
 
+    /// The PodGroup first (created, or updated when the job changed), with
+    /// a warning for each PriorityClass the job names that does not exist;
+    /// true when the pods may be created.
+    fn sync_pod_group(&mut self, scheduler: gang::GangScheduler) -> bool {
+        let uid = self.uid().to_string();
+        let generation = self.job.metadata.generation.unwrap_or_default();
+        for (class, named_by) in
+            gang::missing_priority_classes(self.job, self.spec, self.priority_classes)
+        {
+            let message = format!(
+                "PriorityClass {class} named by {named_by} does not exist: it counts as priority 0 \
+                 for the PodGroup's minResources, and the API server refuses pods naming it until it is created"
+            );
+            self.events.push(
+                PlannedEvent::warning("PriorityClassNotFound", message)
+                    .keyed(format!("{uid}/priority-class/{class}/{generation}")),
+            );
+        }
+        let desired = gang::pod_group_spec(self.job, self.spec, scheduler, self.priority_classes);
+        let Some(group) = self.pod_group else {
+            let group = gang::pod_group(self.job, self.spec, scheduler, self.priority_classes);
+            self.actions
+                .push(ChildAction::CreatePodGroup(Box::new(group)));
+            return false;
+        };
+        if let Some(spec) = gang::spec_update(&group.spec, &desired) {
+            self.actions.push(ChildAction::UpdatePodGroup {
+                name: self.name().to_string(),
+                uid: group.uid.clone(),
+                spec: Box::new(spec),
+            });
+        }
+        group.allows_pods(scheduler)
+    }
+
     fn create_pod(&mut self, rtype: &ReplicaType, index: i32) {
         let (pod, template_restart_policy) = children::build_pod(
             self.job,
@@ -952,17 +1002,61 @@ impl Planner<'_> {
             );
         }
         let mut pod = pod;
-        if let Some(gang) = &self.config.gang {
-            let name = self.name().to_string();
-            pod.metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .insert(gang::GROUP_NAME_ANNOTATION.to_string(), name);
-            if let Some(spec) = pod.spec.as_mut() {
-                spec.scheduler_name = Some(gang.scheduler_name.clone());
-            }
+        if let Some(gang) = self.config.gang.clone() {
+            self.join_gang(&mut pod, rtype, &gang);
         }
         self.actions.push(ChildAction::CreatePod(Box::new(pod)));
+    }
+
+    /// Marks a pod as a member of the job's gang: Volcano's annotations or
+    /// coscheduling's label, and the gang scheduler's name unless the
+    /// template names another scheduler, which is kept with a warning
+    /// (training-operator's rule; tf-operator dropped the scheduler of
+    /// every pod then).
+    fn join_gang(&mut self, pod: &mut Pod, rtype: &ReplicaType, gang: &gang::GangConfig) {
+        let name = self.name().to_string();
+        match gang.scheduler() {
+            gang::GangScheduler::Volcano => {
+                let annotations = pod
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
+                annotations.insert(gang::GROUP_NAME_ANNOTATION.to_string(), name);
+                annotations.insert(gang::TASK_SPEC_ANNOTATION.to_string(), rtype.lower());
+            }
+            gang::GangScheduler::SchedulerPlugins => {
+                pod.metadata
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .insert(gang::POD_GROUP_LABEL.to_string(), name);
+            }
+        }
+        let Some(spec) = pod.spec.as_mut() else {
+            return;
+        };
+        match spec.scheduler_name.as_deref() {
+            None | Some("") => spec.scheduler_name = Some(gang.scheduler_name.clone()),
+            Some(own) if own == gang.scheduler_name => {}
+            Some(_) => {
+                let key = format!("{}/template-scheduler-name/{rtype}", self.uid());
+                // One per replica type, not one per pod of this pass.
+                if self
+                    .events
+                    .iter()
+                    .any(|e| e.dedup_key.as_ref() == Some(&key))
+                {
+                    return;
+                }
+                self.events.push(
+                    PlannedEvent::warning(
+                        "SettedPodTemplateSchedulerName",
+                        "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten"
+                            .to_string(),
+                    )
+                    .keyed(key),
+                );
+            }
+        }
     }
 
     /// Report 2.9: one Service per index below `replicas`, none above.

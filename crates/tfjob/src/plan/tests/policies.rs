@@ -575,15 +575,60 @@ fn a_job_managed_by_another_controller_is_never_reconciled() {
 // --- Gang scheduling --------------------------------------------------------------
 
 fn run_gang(job: &TFJob, group: Option<&gang::ObservedPodGroup>, when: jiff::Timestamp) -> Plan {
+    run_gang_with(job, "volcano", group, when)
+}
+
+fn run_gang_with(
+    job: &TFJob,
+    scheduler_name: &str,
+    group: Option<&gang::ObservedPodGroup>,
+    when: jiff::Timestamp,
+) -> Plan {
     let config = PlanConfig {
         gang: Some(gang::GangConfig {
-            scheduler_name: "volcano".into(),
+            scheduler_name: scheduler_name.into(),
         }),
         ..PlanConfig::default()
     };
     let services = all_services(job);
     let service_refs: Vec<&Service> = services.iter().collect();
-    plan_with_pod_group(&object(job), &[], &service_refs, group, when, &config)
+    let snapshot = gang::GangSnapshot {
+        pod_group: group.cloned(),
+        priority_classes: Default::default(),
+    };
+    plan_with_gang(&object(job), &[], &service_refs, &snapshot, when, &config)
+}
+
+fn pod_objects_created(plan: &Plan) -> Vec<&Pod> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            ChildAction::CreatePod(pod) => Some(pod.as_ref()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn pod_groups_created(plan: &Plan) -> Vec<&serde_json::Value> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            ChildAction::CreatePodGroup(group) => Some(group.as_ref()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The PodGroup the operator would have created for `job`, observed in
+/// `phase`.
+fn observed_group(job: &TFJob, scheduler_name: &str, phase: &str) -> gang::ObservedPodGroup {
+    let first = run_gang_with(job, scheduler_name, None, now());
+    gang::ObservedPodGroup {
+        uid: Some("pg-1".into()),
+        phase: Some(phase.into()),
+        created: Some(now()),
+        spec: pod_groups_created(&first)[0]["spec"].clone(),
+    }
 }
 
 #[test]
@@ -597,12 +642,13 @@ fn with_gang_scheduling_the_pod_group_comes_first_and_pods_only_once_it_is_admit
             .iter()
             .any(|a| matches!(a, ChildAction::CreatePodGroup(_)))
     );
-    let pending = gang::ObservedPodGroup {
-        uid: Some("pg-1".into()),
-        phase: Some("Pending".into()),
-        created: Some(now()),
-    };
-    assert!(created_pods(&run_gang(&job, Some(&pending), now())).is_empty());
+    let pending = observed_group(&job, "volcano", "Pending");
+    let waiting = run_gang(&job, Some(&pending), now());
+    assert!(created_pods(&waiting).is_empty());
+    assert!(
+        waiting.actions.is_empty(),
+        "a group in step with the job is left alone"
+    );
     let admitted = gang::ObservedPodGroup {
         phase: Some("Inqueue".into()),
         ..pending
@@ -621,6 +667,147 @@ fn with_gang_scheduling_the_pod_group_comes_first_and_pods_only_once_it_is_admit
         pod.spec.as_ref().unwrap().scheduler_name.as_deref(),
         Some("volcano")
     );
+    let annotations = pod.metadata.annotations.as_ref().unwrap();
+    assert_eq!(annotations["scheduling.k8s.io/group-name"], "test-tfjob");
+    assert_eq!(annotations["volcano.sh/task-spec"], "ps");
+}
+
+#[test]
+fn with_scheduler_plugins_the_pod_group_comes_first_and_the_pods_follow_at_once_labelled() {
+    let job = after_first_pass(&dist_mnist());
+    let first = run_gang_with(&job, "scheduler-plugins-scheduler", None, now());
+    assert!(created_pods(&first).is_empty());
+    let groups = pod_groups_created(&first);
+    assert_eq!(groups[0]["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+    assert_eq!(groups[0]["spec"]["minMember"], 6);
+    // Coscheduling's group stays Pending until the pods exist: they are
+    // created now, and the scheduler binds all or none of them.
+    let pending = observed_group(&job, "scheduler-plugins-scheduler", "Pending");
+    let go = run_gang_with(&job, "scheduler-plugins-scheduler", Some(&pending), now());
+    let pods = pod_objects_created(&go);
+    assert_eq!(pods.len(), 6);
+    for pod in pods {
+        assert_eq!(
+            pod.spec.as_ref().unwrap().scheduler_name.as_deref(),
+            Some("scheduler-plugins-scheduler")
+        );
+        assert_eq!(
+            pod.metadata.labels.as_ref().unwrap()["scheduling.x-k8s.io/pod-group"],
+            "test-tfjob"
+        );
+    }
+}
+
+#[test]
+fn a_template_naming_another_scheduler_keeps_it_with_one_warning() {
+    let mut base = dist_mnist();
+    let worker = base
+        .spec
+        .tf_replica_specs
+        .as_mut()
+        .unwrap()
+        .get_mut("Worker")
+        .unwrap();
+    worker
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .scheduler_name = Some("custom".into());
+    let job = after_first_pass(&base);
+    let admitted = observed_group(&job, "volcano", "Running");
+    let go = run_gang(&job, Some(&admitted), now());
+    let schedulers: Vec<(String, Option<String>)> = pod_objects_created(&go)
+        .iter()
+        .map(|pod| {
+            (
+                pod.metadata.name.clone().unwrap(),
+                pod.spec.as_ref().unwrap().scheduler_name.clone(),
+            )
+        })
+        .collect();
+    for (name, scheduler) in &schedulers {
+        let expected = if name.contains("-worker-") {
+            "custom"
+        } else {
+            "volcano"
+        };
+        assert_eq!(scheduler.as_deref(), Some(expected), "{name}");
+    }
+    let warnings: Vec<&PlannedEvent> = go
+        .events
+        .iter()
+        .filter(|e| e.reason == "SettedPodTemplateSchedulerName")
+        .collect();
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].type_, EventType::Warning);
+}
+
+#[test]
+fn a_pod_group_is_updated_when_the_jobs_replicas_change() {
+    let job = after_first_pass(&dist_mnist());
+    let admitted = observed_group(&job, "volcano", "Running");
+    let mut scaled = job.clone();
+    let worker = scaled
+        .spec
+        .tf_replica_specs
+        .as_mut()
+        .unwrap()
+        .get_mut("Worker")
+        .unwrap();
+    worker.replicas = Some(worker.replicas.unwrap() + 2);
+    let plan = run_gang(&scaled, Some(&admitted), now());
+    let updates: Vec<&ChildAction> = plan
+        .actions
+        .iter()
+        .filter(|a| matches!(a, ChildAction::UpdatePodGroup { .. }))
+        .collect();
+    assert_eq!(
+        updates,
+        [&ChildAction::UpdatePodGroup {
+            name: "test-tfjob".into(),
+            uid: Some("pg-1".into()),
+            spec: Box::new(serde_json::json!({"minMember": 8})),
+        }]
+    );
+    assert_eq!(created_pods(&plan).len(), 8, "the whole scaled gang");
+}
+
+#[test]
+fn a_missing_priority_class_is_warned_about_once_per_class_and_the_group_is_still_created() {
+    let mut base = dist_mnist();
+    let worker = base
+        .spec
+        .tf_replica_specs
+        .as_mut()
+        .unwrap()
+        .get_mut("Worker")
+        .unwrap();
+    worker
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .priority_class_name = Some("gone".into());
+    let job = after_first_pass(&base);
+    let first = run_gang(&job, None, now());
+    assert_eq!(pod_groups_created(&first).len(), 1);
+    let warning = first
+        .events
+        .iter()
+        .find(|e| e.reason == "PriorityClassNotFound")
+        .unwrap();
+    assert_eq!(warning.type_, EventType::Warning);
+    assert!(
+        warning
+            .message
+            .starts_with("PriorityClass gone named by the Worker pod template does not exist")
+    );
+    assert!(warning.dedup_key.is_some());
 }
 
 #[test]
@@ -634,11 +821,7 @@ fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
         ..RunPolicy::default()
     });
     let job = after_first_pass(&base);
-    let pending = gang::ObservedPodGroup {
-        uid: Some("pg-1".into()),
-        phase: Some("Pending".into()),
-        created: Some(now()),
-    };
+    let pending = observed_group(&job, "volcano", "Pending");
     let waiting = run_gang(&job, Some(&pending), at(30));
     assert!(!true_conditions(&waiting.status).contains(&"Failed"));
     assert_eq!(waiting.requeue_after, Some(Duration::from_secs(30)));
@@ -654,4 +837,9 @@ fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
             .iter()
             .any(|a| matches!(a, ChildAction::DeletePodGroup { .. }))
     );
+    // Coscheduling enforces its scheduleTimeoutSeconds itself (and retries
+    // the group): the job is not failed for it.
+    let pending = observed_group(&job, "scheduler-plugins-scheduler", "Pending");
+    let plugins = run_gang_with(&job, "scheduler-plugins-scheduler", Some(&pending), at(600));
+    assert!(!true_conditions(&plugins.status).contains(&"Failed"));
 }
