@@ -297,6 +297,47 @@ fn mokka_example_rack() -> String {
         .join("\n")
 }
 
+/// A server-side dry-run create of the example rack (as `impersonate`, or
+/// cluster-admin): it passes through admission and stores nothing.
+fn dry_run_create_rack(tools: &RealLaneTools, impersonate: Option<&str>) -> std::process::Output {
+    let mut args = vec!["create", "--dry-run=server", "-f", "-"];
+    if let Some(user) = impersonate {
+        args.extend_from_slice(&["--as", user]);
+    }
+    let mut child = tools
+        .kubectl(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(mokka_example_rack().as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Polls until cluster-admin's rack create is allowed (or denied): an
+/// admission policy takes effect, and stops acting once deleted, when the
+/// API server's informer has seen it. Returns the last stderr.
+fn admin_rack_create_until(tools: &RealLaneTools, allowed: bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = dry_run_create_rack(tools, None);
+        if out.status.success() == allowed {
+            break String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cluster-admin's SGPURack create never became allowed={allowed}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
 /// Lifts deploy/mokka's copy of the singleton binding out of the real lane's
 /// cluster for one test and puts it back when dropped (also on a failed
 /// assertion), together with the chart releases the test installed: the
@@ -516,47 +557,12 @@ fn the_mokka_chart_installs_once_per_cluster_and_only_its_controller_writes_rack
             // through admission and store nothing. A policy takes effect
             // (and stops, once deleted) when the API server's informer has
             // seen it, so the checks poll.
-            let rack = mokka_example_rack();
-            let dry_run_create = |impersonate: Option<&str>| {
-                let mut args = vec!["create", "--dry-run=server", "-f", "-"];
-                if let Some(user) = impersonate {
-                    args.extend_from_slice(&["--as", user]);
-                }
-                let mut child = tools
-                    .kubectl(&args)
-                    .stdin(std::process::Stdio::piped())
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .expect("kubectl runs");
-                {
-                    use std::io::Write;
-                    let mut stdin = child.stdin.take().unwrap();
-                    stdin.write_all(rack.as_bytes()).unwrap();
-                }
-                child.wait_with_output().unwrap()
-            };
-            let admin_create_until = |allowed: bool| {
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-                loop {
-                    let out = dry_run_create(None);
-                    if out.status.success() == allowed {
-                        break String::from_utf8_lossy(&out.stderr).into_owned();
-                    }
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "cluster-admin's SGPURack create never became allowed={allowed}: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    std::thread::sleep(std::time::Duration::from_millis(250));
-                }
-            };
-            let denial = admin_create_until(false);
+            let denial = admin_rack_create_until(&tools, false);
             assert!(
                 denial.contains("SGPURack writes are restricted to the Mokka controller"),
                 "{denial}"
             );
-            let by_controller = dry_run_create(Some(&subject));
+            let by_controller = dry_run_create_rack(&tools, Some(&subject));
             assert!(
                 by_controller.status.success(),
                 "{}",
@@ -573,7 +579,7 @@ fn the_mokka_chart_installs_once_per_cluster_and_only_its_controller_writes_rack
             assert!(left.trim().is_empty(), "{left}");
             // The Mokka tests after this one write racks as deploy/mokka's
             // ServiceAccount: the deleted policy must have stopped acting.
-            admin_create_until(true);
+            admin_rack_create_until(&tools, true);
             let _ = tools
                 .kubectl(&["delete", "namespace", namespace, "--wait=false"])
                 .output();
@@ -658,7 +664,8 @@ fn the_gpufleet_umbrella_chart_installs_the_crds_and_any_of_the_three_controller
             let _ = helm_cmd(&["uninstall", "gpufleet-chart", "-n", namespace]).output();
             // The lane runs deploy/mokka for the Mokka tests, so Mokka's
             // singleton guard refuses a second control plane from the
-            // umbrella too; the release goes in with the other two.
+            // umbrella too; with deploy/mokka's binding lifted for this test
+            // the whole release goes in.
             let refused = helm_cmd(&[
                 "install",
                 "gpufleet-chart",
@@ -676,6 +683,7 @@ fn the_gpufleet_umbrella_chart_installs_the_crds_and_any_of_the_three_controller
                     && refusal.contains("Mokka control plane is already installed"),
                 "the umbrella must refuse a second Mokka: {refusal}"
             );
+            let _lifted = SingletonBindingLifted::lift(&tools, vec![("gpufleet-chart", namespace)]);
             let installed = run_ok(&mut helm_cmd(&[
                 "install",
                 "gpufleet-chart",
@@ -683,8 +691,6 @@ fn the_gpufleet_umbrella_chart_installs_the_crds_and_any_of_the_three_controller
                 "--namespace",
                 namespace,
                 "--create-namespace",
-                "--set",
-                "mokka.enabled=false",
                 "--set",
                 "gpuid.replicas=1",
             ]));
@@ -697,10 +703,15 @@ fn the_gpufleet_umbrella_chart_installs_the_crds_and_any_of_the_three_controller
                 "-o",
                 "jsonpath={.items[*].metadata.name}",
             ]));
-            for deployment in &deployments[1..] {
+            for deployment in &deployments {
                 assert!(names.contains(deployment), "{deployment} not in {names}");
             }
-            assert!(!names.contains(deployments[0]), "{names}");
+            // Mokka's admission policy came with it.
+            let denial = admin_rack_create_until(&tools, false);
+            assert!(
+                denial.contains("SGPURack writes are restricted to the Mokka controller"),
+                "{denial}"
+            );
             let crds = run_ok(&mut kubectl(&[
                 "get",
                 "crd",
@@ -717,6 +728,7 @@ fn the_gpufleet_umbrella_chart_installs_the_crds_and_any_of_the_three_controller
                 namespace,
                 "--wait",
             ]));
+            admin_rack_create_until(&tools, true);
             let _ = kubectl(&["delete", "namespace", namespace, "--wait=false"]).output();
         }
     }
