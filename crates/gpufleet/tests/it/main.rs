@@ -1,5 +1,6 @@
 //! The gpufleet binary driven from outside, as users and CI drive it.
 
+mod browser;
 mod commands;
 mod deploy_kustomize;
 mod deploy_manifests;

@@ -1,6 +1,7 @@
 //! `gpufleet mokka` as a process against a kube-sim over loopback: upstream
 //! flags, a refused configuration, /healthz, /readyz and /metrics, a rack
-//! created and a Node projected, and a clean stop on SIGTERM.
+//! created and a Node projected, a clean stop on SIGTERM and on Ctrl-C, and
+//! the `--ui` fleet view in headless Chromium.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,64 +39,14 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_
  {
     let sim = kube_sim::KubeSim::builder().start().await.unwrap();
     let client = sim.client();
-    for crd in mokka::crds() {
-        Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &crd)
-            .await
-            .unwrap();
-    }
-    let racks: Api<mokka::api::SGPURack> = Api::all(client.clone());
-    while racks.list(&ListParams::default()).await.is_err() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let profile =
-        mokka::api::SGPURackProfile::new("p", mokka::fixtures::example_profile_spec(1, 1));
-    Api::<mokka::api::SGPURackProfile>::all(client.clone())
-        .create(&PostParams::default(), &profile)
-        .await
-        .unwrap();
-    let node: Node = serde_json::from_value(
-        json!({"metadata": {"name": "node-a", "labels": {"mokka.nvidia.com/sgpu-node": "true"}}}),
-    )
-    .unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
-    let inventory: mokka::api::SGPUInventory = serde_json::from_value(json!({
-        "apiVersion": "mokka.nvidia.com/v1alpha1", "kind": "SGPUInventory", "metadata": {"name": "inv"},
-        "spec": {"rackGroups": [{"id": "compute", "count": 1, "profileRef": {"name": "p"}}]}
-    }))
-    .unwrap();
-    Api::<mokka::api::SGPUInventory>::all(client.clone())
-        .create(&PostParams::default(), &inventory)
-        .await
-        .unwrap();
+    seed_one_rack(&client, 1, &["node-a"]).await;
 
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let port = free_port();
     let ui_port = free_port();
-    let mut controller = KilledOnDrop {
-        name: "gpufleet mokka",
-        child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
-            .args([
-                "mokka",
-                "--leader-election-namespace",
-                "default",
-                "--status-debounce",
-                "0s",
-            ])
-            .env("MOKKA_CP_KUBECONFIG", &kubeconfig)
-            .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
-            .env("MOKKA_CP_UI_ADDR", format!("127.0.0.1:{ui_port}"))
-            .env_remove("KUBECONFIG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    };
+    let mut controller = start_controller(&kubeconfig, port, ui_port);
     assert_eq!(
         poll_http(port, "/healthz", |status, _| status == 200).await,
         "ok\n"
@@ -230,6 +181,72 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_
     assert!(status.success(), "{status:?}");
 }
 
+/// The Mokka CRDs, a profile of `nodes.len()` slots with `gpus` GPUs each,
+/// those eligible Nodes, and an inventory `inv` of one rack in group
+/// `compute`.
+async fn seed_one_rack(client: &kube::Client, gpus: i32, nodes: &[&str]) {
+    for crd in mokka::crds() {
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&PostParams::default(), &crd)
+            .await
+            .unwrap();
+    }
+    let racks: Api<mokka::api::SGPURack> = Api::all(client.clone());
+    while racks.list(&ListParams::default()).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let slots = i32::try_from(nodes.len()).unwrap();
+    let profile =
+        mokka::api::SGPURackProfile::new("p", mokka::fixtures::example_profile_spec(slots, gpus));
+    Api::<mokka::api::SGPURackProfile>::all(client.clone())
+        .create(&PostParams::default(), &profile)
+        .await
+        .unwrap();
+    for name in nodes {
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"mokka.nvidia.com/sgpu-node": "true"}}}),
+        )
+        .unwrap();
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+    }
+    let inventory: mokka::api::SGPUInventory = serde_json::from_value(json!({
+        "apiVersion": "mokka.nvidia.com/v1alpha1", "kind": "SGPUInventory", "metadata": {"name": "inv"},
+        "spec": {"rackGroups": [{"id": "compute", "count": 1, "profileRef": {"name": "p"}}]}
+    }))
+    .unwrap();
+    Api::<mokka::api::SGPUInventory>::all(client.clone())
+        .create(&PostParams::default(), &inventory)
+        .await
+        .unwrap();
+}
+
+/// `gpufleet mokka` on `kubeconfig`, admin server on `port`, fleet view
+/// (`--ui`) on `ui_port`.
+fn start_controller(kubeconfig: &std::path::Path, port: u16, ui_port: u16) -> KilledOnDrop {
+    KilledOnDrop {
+        name: "gpufleet mokka",
+        child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+            .args([
+                "mokka",
+                "--leader-election-namespace",
+                "default",
+                "--status-debounce",
+                "0s",
+            ])
+            .env("MOKKA_CP_KUBECONFIG", kubeconfig)
+            .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+            .env("MOKKA_CP_UI_ADDR", format!("127.0.0.1:{ui_port}"))
+            .env_remove("KUBECONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    }
+}
+
 async fn node_uid(client: &kube::Client) -> String {
     Api::<Node>::all(client.clone())
         .get("node-a")
@@ -250,4 +267,119 @@ async fn poll_http_status(port: u16, path: &str) -> (u16, String) {
         assert!(Instant::now() < deadline, "{path} never answered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `gpufleet mokka --ui` in headless Chromium: the page's counts equal the
+/// API's, and a runtime policy that fails one GPU turns that GPU's cell to
+/// "lost" through the live event stream, without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_view_of_gpufleet_mokka_ui_counts_the_clusters_gpus_and_shows_a_failed_one_live()
+{
+    use mokka::api::{
+        DeviceState, PolicyTargetRef, RuntimeState, SGPURack, SGPURuntimePolicy,
+        SGPURuntimePolicySpec, TargetGroup, TargetKind,
+    };
+    crate::browser::chromium();
+    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    let client = sim.client();
+    seed_one_rack(&client, 4, &["node-a", "node-b"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
+    let ui_port = free_port();
+    let mut controller = start_controller(&kubeconfig, free_port(), ui_port);
+    // Both Nodes bound and projected: the view has everything to show.
+    let fleet = poll_http(ui_port, "/api/fleet", |status, body| {
+        status == 200
+            && body.contains("\"node\":\"node-a\"")
+            && body.contains("\"node\":\"node-b\"")
+    })
+    .await;
+    let fleet: serde_json::Value = serde_json::from_str(&fleet).unwrap();
+    assert_eq!(
+        (fleet["nodes"].as_u64(), fleet["gpus"].as_u64()),
+        (Some(2), Some(8)),
+        "{fleet}"
+    );
+    let racks = Api::<SGPURack>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let gpus: usize = racks
+        .iter()
+        .flat_map(|rack| &rack.spec.nodes)
+        .map(|slot| slot.gpus.len())
+        .sum();
+    assert_eq!((racks.len(), gpus), (1, 8));
+
+    let (_browser, mut page) = crate::browser::open(&dir.path().join("chromium-profile")).await;
+    page.call("Page.enable", json!({})).await;
+    page.call(
+        "Page.navigate",
+        json!({"url": format!("http://127.0.0.1:{ui_port}/")}),
+    )
+    .await;
+    page.evaluate_until("document.getElementById('live')?.dataset.live", |v| {
+        v == "live"
+    })
+    .await;
+    let count = |id: &str| format!("Number(document.getElementById('{id}')?.textContent)");
+    assert_eq!(page.evaluate(&count("count-racks")).await, json!(1));
+    assert_eq!(page.evaluate(&count("count-nodes")).await, json!(2));
+    assert_eq!(page.evaluate(&count("count-gpus")).await, json!(gpus));
+    assert_eq!(
+        page.evaluate("document.querySelectorAll('td.gpu').length")
+            .await,
+        json!(gpus)
+    );
+    assert_eq!(page.evaluate(&count("count-lost")).await, json!(0));
+    page.evaluate("window.notReloaded = 'yes'").await;
+
+    let uuid = racks[0]
+        .spec
+        .node_by_index(1)
+        .and_then(|slot| slot.gpus.iter().find(|gpu| gpu.index == 2))
+        .map(|gpu| gpu.uuid.clone())
+        .expect("slot 1, GPU 2");
+    let cell = format!("document.getElementById('gpu-{uuid}')?.dataset.state");
+    assert_eq!(page.evaluate(&cell).await, json!("healthy"));
+    let policy = SGPURuntimePolicy::new(
+        "fail-one-gpu",
+        SGPURuntimePolicySpec {
+            target_ref: PolicyTargetRef {
+                group: TargetGroup::Mokka,
+                kind: TargetKind::SgpuInventory,
+                name: "inv".into(),
+                rack_groups: Some(vec!["compute".into()]),
+                rack_indexes: Some(vec![0]),
+                node_indexes: Some(vec![1]),
+                gpu_indexes: Some(vec![2]),
+            },
+            runtime: Some(RuntimeState {
+                device_state: Some(DeviceState::Failed),
+                ..Default::default()
+            }),
+        },
+    );
+    Api::<SGPURuntimePolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    page.evaluate_until(&cell, |v| v == "lost").await;
+    assert_eq!(page.evaluate(&count("count-lost")).await, json!(1));
+    assert_eq!(page.evaluate("window.notReloaded").await, json!("yes"));
+    // Deleting the policy heals the GPU on the page too.
+    Api::<SGPURuntimePolicy>::all(client.clone())
+        .delete("fail-one-gpu", &Default::default())
+        .await
+        .unwrap();
+    page.evaluate_until(&cell, |v| v == "healthy").await;
+    assert_eq!(page.evaluate("window.notReloaded").await, json!("yes"));
+
+    let status = controller.interrupt().await;
+    assert!(
+        status.success(),
+        "gpufleet mokka stops cleanly on Ctrl-C: {status:?}"
+    );
 }

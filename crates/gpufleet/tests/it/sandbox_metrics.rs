@@ -257,6 +257,10 @@ async fn every_metric_a_dashboard_names_is_on_the_sandboxs_aggregated_metrics_pa
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert_eq!(missing, 0);
-    let status = sandbox.process.terminate().await;
-    assert!(status.success(), "{status}");
+    // Ctrl-C, as the README says; the fleet-view test covers SIGTERM.
+    let status = sandbox.process.interrupt().await;
+    assert!(
+        status.success(),
+        "the sandbox stops cleanly on Ctrl-C (SIGINT): {status}"
+    );
 }

@@ -191,8 +191,18 @@ pub struct KilledOnDrop {
 impl KilledOnDrop {
     /// Sends SIGTERM and waits (20 s at most) for the exit status.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal_and_wait("TERM").await
+    }
+
+    /// Sends SIGINT, what a terminal's Ctrl-C delivers, and waits (20 s at
+    /// most) for the exit status.
+    pub async fn interrupt(&mut self) -> std::process::ExitStatus {
+        self.signal_and_wait("INT").await
+    }
+
+    async fn signal_and_wait(&mut self, signal: &str) -> std::process::ExitStatus {
         let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
             .status()
             .expect("kill runs");
         assert!(sent.success());
@@ -201,7 +211,10 @@ impl KilledOnDrop {
             if let Some(status) = self.child.try_wait().expect("the child can be waited for") {
                 return status;
             }
-            assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "no exit within 20 s of SIG{signal}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

@@ -116,6 +116,10 @@ pub struct Fault {
     /// Namespace; None means any namespace and cluster-scoped requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Object name; None means any object and collection requests. Lets a
+    /// test fail the writes of one object while its siblings succeed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub action: FaultAction,
     /// Fire for the next N matching requests only; None means forever.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,6 +136,7 @@ impl Fault {
             resource: None,
             group: None,
             namespace: None,
+            name: None,
             action,
             times: None,
             probability: None,
@@ -201,6 +206,12 @@ impl Fault {
         self
     }
 
+    /// Limit to requests for the object of this name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
     pub fn times(mut self, n: u64) -> Self {
         self.times = Some(n);
         self
@@ -256,6 +267,10 @@ impl Fault {
                 .namespace
                 .as_ref()
                 .is_none_or(|ns| request.namespace.as_deref() == Some(ns.as_str()))
+            && self
+                .name
+                .as_ref()
+                .is_none_or(|name| request.name.as_deref() == Some(name.as_str()))
     }
 }
 
@@ -288,6 +303,8 @@ pub struct RequestInfo {
     /// `status`, `exec`, `binding`, ...
     pub subresource: Option<String>,
     pub namespace: Option<String>,
+    /// The object's name; None for collection requests.
+    pub name: Option<String>,
 }
 
 impl RequestInfo {
@@ -305,6 +322,7 @@ impl RequestInfo {
             resource: target.plural,
             subresource: target.subresource,
             namespace: target.namespace,
+            name: target.name,
         })
     }
 
@@ -840,6 +858,24 @@ mod tests {
                 .faults_injected("patch", "pods/status", "error_500"),
             2
         );
+    }
+
+    #[test]
+    fn a_name_matcher_hits_only_that_object() {
+        let f = faults();
+        f.add(
+            Fault::error(500)
+                .resource("configmaps/status")
+                .name("broken"),
+        )
+        .unwrap();
+        let broken = request("PUT", "/api/v1/namespaces/a/configmaps/broken/status");
+        let sibling = request("PUT", "/api/v1/namespaces/a/configmaps/fine/status");
+        let list = request("GET", "/api/v1/namespaces/a/configmaps");
+        assert_eq!(broken.name.as_deref(), Some("broken"));
+        assert_eq!(f.decide(&broken).error, Some((500, None)));
+        assert_eq!(f.decide(&sibling).error, None);
+        assert_eq!(f.decide(&list).error, None);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! the real lane cannot inject faults): conflict storms, server errors,
 //! dropped watches, a forced 410 and a 10 s outage must converge to the
 //! same racks and projections as a fault-free run, and the live Node GET
-//! stays bounded when the server hangs.
+//! stays bounded when the server hangs; a policy whose status writes fail
+//! does not hold back another policy's status.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -166,4 +167,114 @@ async fn the_live_node_get_timeout_bounds_a_server_that_does_not_answer() {
         first,
         Err(mokka::controller::nodes::LiveNodeError::Cancelled { .. })
     ));
+}
+
+/// The controller's log lines, kept for the tests that check its messages.
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    /// Installs the capture as this process's subscriber: nextest runs each
+    /// test in its own process, so it sees this test's lines only.
+    fn install() -> Self {
+        let log = Self::default();
+        tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .try_init()
+            .expect("the log capture needs its own process: run the tests with cargo nextest");
+        log
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
+    type Writer = CapturedLog;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// Report 5.3 sentence 25: a status write that keeps failing for one policy
+/// neither stops nor delays the status of the next one, the joined error
+/// names the policy that failed, and the failed one converges once the
+/// server takes its writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_policys_failing_status_write_does_not_hold_back_another_policys_status() {
+    let log = CapturedLog::install();
+    let cluster = Cluster::start_sim().await;
+    cluster.create_profile("policy-shape", 1, 2).await;
+    cluster
+        .create_inventory("inv", "policy-shape", 1, "status-faults")
+        .await;
+    let faults = cluster.sim().unwrap().faults();
+    faults
+        .add(
+            Fault::error(500)
+                .on(Verb::Update, "sgpuruntimepolicies/status")
+                .name("broken"),
+        )
+        .unwrap();
+    let leader = cluster.start_leader("status-faults").await;
+    // Decisions are written in name order: "broken" is tried first.
+    cluster
+        .create_policy(
+            "broken",
+            "inv",
+            serde_json::json!({}),
+            serde_json::json!({"deviceState": "Failed"}),
+        )
+        .await;
+    cluster
+        .create_policy(
+            "healthy",
+            "inv",
+            serde_json::json!({"rackIndexes": [0]}),
+            serde_json::json!({"telemetry": {"temperature": {"mode": "Fixed", "gpuCelsius": 90}}}),
+        )
+        .await;
+    let policies = cluster.policies();
+    let healthy = eventually("policy healthy to be Accepted", || async {
+        policy_condition(&policies.get("healthy").await.ok()?).filter(|c| c.1 == "Accepted")
+    })
+    .await;
+    assert_eq!(healthy.0, "True");
+    eventually("the joined error to name the failing policy", || async {
+        log.text()
+            .contains(r#"update runtime policy "broken" status: "#)
+            .then_some(())
+    })
+    .await;
+    let broken = policies.get("broken").await.unwrap();
+    assert_eq!(policy_condition(&broken), None, "{:?}", broken.status);
+    let sim = cluster.sim().unwrap();
+    assert!(
+        sim.metrics()
+            .faults_injected("update", "sgpuruntimepolicies/status", "error_500")
+            > 0
+    );
+
+    // The failed inventory is retried: once writes go through, it converges.
+    faults.clear();
+    let broken = eventually("policy broken to be Accepted after the fault", || async {
+        policy_condition(&policies.get("broken").await.ok()?).filter(|c| c.1 == "Accepted")
+    })
+    .await;
+    assert_eq!(broken.0, "True");
+    leader.stop().await;
 }
