@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::Store;
+use futures::{StreamExt, stream};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -26,12 +27,38 @@ const FINAL_DELETE_ATTEMPTS: u32 = 5;
 /// How soon a pod whose status write failed is synced again.
 const RETRY: Duration = Duration::from_millis(200);
 
+/// Status writes of one pass in flight at once. A pass decides every pod's
+/// status in memory first; writing them one after another made a burst of
+/// thousands of new pods wait on each other's round trips.
+const STATUS_WRITES_IN_FLIGHT: usize = 32;
+
+/// A pod status the pass decided on, written after the pass.
+struct StatusWrite {
+    key: String,
+    uid: String,
+    name: String,
+    api: Api<Pod>,
+    patch: serde_json::Value,
+    /// When the pod's next timed change is due, whatever the write does.
+    due: Option<Timestamp>,
+}
+
 /// The caches and change feeds the pod loop follows.
 pub(crate) struct Watches {
     pub pods: Store<Pod>,
     pub nodes: Store<Node>,
     pub pod_changes: Arc<Subscriber>,
     pub node_changes: Arc<Subscriber>,
+}
+
+/// What syncing one pod leaves to do.
+enum Synced {
+    /// Its status changed: write it (the write carries the next due time).
+    Write(StatusWrite),
+    /// Nothing to write now; look again at this time.
+    Due(Timestamp),
+    /// Nothing to write and nothing timed.
+    Idle,
 }
 
 struct Kubelet {
@@ -221,8 +248,45 @@ impl Kubelet {
                 .filter(|(_, at)| **at <= now)
                 .map(|(k, _)| k.clone()),
         );
-        for key in keys {
-            self.sync_key(&key, pods, shutdown).await;
+        let writes: Vec<StatusWrite> = keys
+            .iter()
+            .filter_map(|key| self.sync_key(key, pods, shutdown))
+            .collect();
+        let written: Vec<(StatusWrite, Result<Pod, kube::Error>)> = stream::iter(writes)
+            .map(|write| async move {
+                let result = write
+                    .api
+                    .patch_status(&write.name, &PatchParams::default(), &Patch::Merge(&write.patch))
+                    .await;
+                (write, result)
+            })
+            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let now = Timestamp::now();
+        for (write, result) in written {
+            let mut due = write.due;
+            match result {
+                Ok(pod) => {
+                    let new_rv = pod
+                        .metadata
+                        .resource_version
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    self.written.insert(write.uid, new_rv);
+                }
+                // A conflict means a newer pod is on its way through the
+                // watch; any other failure has no event to bring the pod
+                // back, so it is synced again shortly either way.
+                Err(e) => {
+                    tracing::debug!(pod = %write.name, error = %e, "pod status write failed");
+                    let retry_at = now + RETRY;
+                    due = Some(due.map_or(retry_at, |d| d.min(retry_at)));
+                }
+            }
+            if let Some(at) = due {
+                self.due.insert(write.key, at);
+            }
         }
         self.due.values().min().copied()
     }
@@ -250,8 +314,13 @@ impl Kubelet {
     }
 
     /// Records what the cache holds under `key` (forgetting a pod that went
-    /// or was replaced) and syncs it.
-    async fn sync_key(&mut self, key: &str, pods: &Store<Pod>, shutdown: &CancellationToken) {
+    /// or was replaced) and syncs it; returns the status write it needs.
+    fn sync_key(
+        &mut self,
+        key: &str,
+        pods: &Store<Pod>,
+        shutdown: &CancellationToken,
+    ) -> Option<StatusWrite> {
         self.store
             .stats
             .kubelet_pod_syncs
@@ -276,9 +345,7 @@ impl Kubelet {
                 self.forget_uid(&old_uid);
             }
         }
-        let Some(pod) = pod else {
-            return;
-        };
+        let pod = pod?;
         let node_name = bound_node(&pod);
         if let Some(node) = &node_name {
             self.by_node
@@ -300,24 +367,33 @@ impl Kubelet {
             );
             let name = pod.metadata.name.clone().unwrap_or_default();
             self.finish_deletion(api, name, uid, shutdown.clone());
-            return;
+            return None;
         }
         let Some(Some(host_ip)) = node_name.as_ref().and_then(|n| self.node_hosts.get(n)) else {
-            return;
+            return None;
         };
         let host_ip = host_ip.clone();
-        if let Some(at) = self.sync_pod(&pod, &host_ip, shutdown).await {
-            self.due.insert(key.to_string(), at);
+        match self.sync_pod(key, &pod, &host_ip, shutdown) {
+            Synced::Write(write) => Some(write),
+            Synced::Due(at) => {
+                self.due.insert(key.to_string(), at);
+                None
+            }
+            Synced::Idle => None,
         }
     }
 
-    async fn sync_pod(
+    /// Advances a pod's simulated containers and decides its status.
+    fn sync_pod(
         &mut self,
+        key: &str,
         pod: &Pod,
         host_ip: &str,
         shutdown: &CancellationToken,
-    ) -> Option<Timestamp> {
-        let uid = pod.metadata.uid.clone()?;
+    ) -> Synced {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return Synced::Idle;
+        };
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
@@ -325,12 +401,12 @@ impl Kubelet {
             if self.stopping.insert(uid.clone()) {
                 self.finish_deletion(api, name, uid, shutdown.clone());
             }
-            return None;
+            return Synced::Idle;
         }
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         if matches!(phase, Some("Succeeded" | "Failed")) && !self.runs.contains_key(&uid) {
             // Finished before this kubelet knew it; nothing left to run.
-            return None;
+            return Synced::Idle;
         }
         let now = Timestamp::now();
         if !self.runs.contains_key(&uid) {
@@ -356,8 +432,10 @@ impl Kubelet {
         }
         let policy =
             RestartPolicy::parse(pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()));
-        let run = self.runs.get_mut(&uid)?;
-        let mut due = lifecycle::advance(run, &behaviours, policy, self.config.restart_delay, now);
+        let Some(run) = self.runs.get_mut(&uid) else {
+            return Synced::Idle;
+        };
+        let due = lifecycle::advance(run, &behaviours, policy, self.config.restart_delay, now);
         let current = pod
             .status
             .as_ref()
@@ -372,33 +450,22 @@ impl Kubelet {
             .unwrap_or(0);
         let stale_view = self.written.get(&uid).is_some_and(|w| rv < *w);
         if status != current && !stale_view {
-            let patch = json!({
-                "metadata": {"resourceVersion": pod.metadata.resource_version},
-                "status": status,
+            return Synced::Write(StatusWrite {
+                key: key.to_string(),
+                uid,
+                name,
+                api,
+                patch: json!({
+                    "metadata": {"resourceVersion": pod.metadata.resource_version},
+                    "status": status,
+                }),
+                due,
             });
-            match api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(written) => {
-                    let new_rv = written
-                        .metadata
-                        .resource_version
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0);
-                    self.written.insert(uid, new_rv);
-                }
-                // A conflict means a newer pod is on its way through the
-                // watch; any other failure has no event to bring the pod
-                // back, so it is synced again shortly either way.
-                Err(e) => {
-                    tracing::debug!(pod = %name, error = %e, "pod status write failed");
-                    let retry_at = now + RETRY;
-                    due = Some(due.map_or(retry_at, |d| d.min(retry_at)));
-                }
-            }
         }
-        due
+        match due {
+            Some(at) => Synced::Due(at),
+            None => Synced::Idle,
+        }
     }
 
     /// Stops the containers (a short simulated stop, not the grace period)

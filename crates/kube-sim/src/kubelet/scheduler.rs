@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -216,6 +217,11 @@ async fn schedule_pass(
             )
         })
         .collect();
+    // Placements are decided one pod after another against the usage so far,
+    // as kube-scheduler's single scheduling loop does; only the API writes
+    // (bindings, Unschedulable conditions, their Events) run concurrently,
+    // so a burst of pods does not wait on one round trip after another.
+    let mut writes = Vec::new();
     for pod in pending {
         let candidates: Vec<Candidate<'_>> = nodes
             .iter()
@@ -228,46 +234,16 @@ async fn schedule_pass(
                 }
             })
             .collect();
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
         match fit::choose(pod, &candidates) {
             Ok(node) => {
                 let node_name = node.metadata.name.clone().unwrap_or_default();
-                let binding = json!({
-                    "apiVersion": "v1",
-                    "kind": "Binding",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+                let requests = fit::pod_requests(pod);
+                add(used.entry(node_name.clone()).or_default(), &requests);
+                writes.push(Decision::Bind {
+                    pod: Arc::clone(pod),
+                    node: node_name,
+                    requests,
                 });
-                match api
-                    .create_subresource::<Value, Value>(
-                        "binding",
-                        &name,
-                        &PostParams::default(),
-                        &binding,
-                    )
-                    .await
-                {
-                    Ok(_) => {
-                        record(
-                            recorder,
-                            pod,
-                            EventType::Normal,
-                            "Scheduled",
-                            format!("Successfully assigned {namespace}/{name} to {node_name}"),
-                        )
-                        .await;
-                        let requests = fit::pod_requests(pod);
-                        add(used.entry(node_name.clone()).or_default(), &requests);
-                        if let Some(uid) = pod.metadata.uid.clone() {
-                            assumed.insert(uid, (node_name, requests));
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(pod = %name, error = %e, "binding failed; retrying on the next change")
-                    }
-                }
             }
             Err(message) => {
                 let want = (
@@ -275,46 +251,119 @@ async fn schedule_pass(
                     Some("Unschedulable".to_string()),
                     Some(message.clone()),
                 );
-                if scheduled_condition(pod).as_ref() == Some(&want) {
-                    continue;
-                }
-                let mut conditions: Vec<Value> = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .filter(|c| c.type_ != "PodScheduled")
-                    .filter_map(|c| serde_json::to_value(c).ok())
-                    .collect();
-                conditions.push(json!({
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": message,
-                    "lastProbeTime": null,
-                    "lastTransitionTime": format_time(jiff::Timestamp::now()),
-                }));
-                let patch = json!({"status": {"conditions": conditions}});
-                match api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    Ok(_) => {
-                        record(
-                            recorder,
-                            pod,
-                            EventType::Warning,
-                            "FailedScheduling",
-                            message,
-                        )
-                        .await
-                    }
-                    Err(e) => {
-                        tracing::debug!(pod = %name, error = %e, "cannot record Unschedulable")
-                    }
+                if scheduled_condition(pod).as_ref() != Some(&want) {
+                    writes.push(Decision::Unschedulable {
+                        pod: Arc::clone(pod),
+                        message,
+                    });
                 }
             }
+        }
+    }
+    let bound: Vec<Option<(String, (String, Resources))>> = stream::iter(writes)
+        .map(|decision| write_decision(client, recorder, decision))
+        .buffer_unordered(SCHEDULING_WRITES_IN_FLIGHT)
+        .collect()
+        .await;
+    assumed.extend(bound.into_iter().flatten());
+}
+
+/// API writes of one scheduling pass in flight at once.
+const SCHEDULING_WRITES_IN_FLIGHT: usize = 32;
+
+/// What the scheduling pass decided for one pod.
+enum Decision {
+    Bind {
+        pod: Arc<Pod>,
+        node: String,
+        requests: Resources,
+    },
+    Unschedulable {
+        pod: Arc<Pod>,
+        message: String,
+    },
+}
+
+/// Writes one decision (and its Event); a bound pod comes back as the
+/// assumed entry `uid -> (node, requests)`.
+async fn write_decision(
+    client: &kube::Client,
+    recorder: &Recorder,
+    decision: Decision,
+) -> Option<(String, (String, Resources))> {
+    let pod = match &decision {
+        Decision::Bind { pod, .. } | Decision::Unschedulable { pod, .. } => Arc::clone(pod),
+    };
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    match decision {
+        Decision::Bind {
+            node: node_name,
+            requests,
+            ..
+        } => {
+            let binding = json!({
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+            });
+            match api
+                .create_subresource::<Value, Value>("binding", &name, &PostParams::default(), &binding)
+                .await
+            {
+                Ok(_) => {
+                    record(
+                        recorder,
+                        &pod,
+                        EventType::Normal,
+                        "Scheduled",
+                        format!("Successfully assigned {namespace}/{name} to {node_name}"),
+                    )
+                    .await;
+                    pod.metadata
+                        .uid
+                        .clone()
+                        .map(|uid| (uid, (node_name, requests)))
+                }
+                Err(e) => {
+                    tracing::debug!(pod = %name, error = %e, "binding failed; retrying on the next change");
+                    None
+                }
+            }
+        }
+        Decision::Unschedulable { message, .. } => {
+            let mut conditions: Vec<Value> = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|c| c.type_ != "PodScheduled")
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect();
+            conditions.push(json!({
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastProbeTime": null,
+                "lastTransitionTime": format_time(jiff::Timestamp::now()),
+            }));
+            let patch = json!({"status": {"conditions": conditions}});
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    record(recorder, &pod, EventType::Warning, "FailedScheduling", message).await
+                }
+                Err(e) => {
+                    tracing::debug!(pod = %name, error = %e, "cannot record Unschedulable")
+                }
+            }
+            None
         }
     }
 }
