@@ -2,11 +2,16 @@
 //! sends in protobuf: its generator commands (`kubectl create configmap`,
 //! `create secret`, `create namespace`, `create serviceaccount`, `create
 //! role`, `create clusterrole`, `create rolebinding`, `create
-//! clusterrolebinding`) encode the new object as `application/vnd.kubernetes.protobuf`, and client-go has no
-//! JSON fallback for protobuf. kube-sim answers in JSON, which kubectl accepts.
+//! clusterrolebinding`, `create deployment`, `create service …`, `create
+//! job`) encode the new object as `application/vnd.kubernetes.protobuf`,
+//! and client-go has no JSON fallback for protobuf. kube-sim answers in
+//! JSON, which kubectl accepts.
 //!
 //! Wire format: the magic `k8s\0`, then a `runtime.Unknown` message whose
 //! `raw` field holds the object message. Unsupported kinds get a 415.
+
+mod messages;
+mod schema;
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -135,43 +140,10 @@ fn push(obj: &mut Map<String, Value>, name: &str, value: Value) {
     }
 }
 
-fn owner_reference(bytes: &[u8]) -> Result<Value, String> {
-    let mut owner = Map::new();
-    for (number, field) in fields(bytes)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(owner.insert("kind".into(), text(b)?.into())),
-            (3, Field::Bytes(b)) => drop(owner.insert("name".into(), text(b)?.into())),
-            (4, Field::Bytes(b)) => drop(owner.insert("uid".into(), text(b)?.into())),
-            (5, Field::Bytes(b)) => drop(owner.insert("apiVersion".into(), text(b)?.into())),
-            (6, Field::Varint(v)) => drop(owner.insert("controller".into(), (v != 0).into())),
-            (7, Field::Varint(v)) => {
-                drop(owner.insert("blockOwnerDeletion".into(), (v != 0).into()))
-            }
-            _ => {}
-        }
-    }
-    Ok(Value::Object(owner))
-}
-
-/// `ObjectMeta`: the fields a client may set on create.
+/// `ObjectMeta`: the fields a client may set on create; server-owned ones
+/// are accepted only empty.
 fn object_meta(bytes: &[u8]) -> Result<Value, String> {
-    let mut meta = Map::new();
-    for (number, field) in fields(bytes)? {
-        match (number, field) {
-            // proto2 encoders emit empty optional strings; JSON omits them.
-            (_, Field::Bytes([])) if matches!(number, 1 | 2 | 3 | 6) => {}
-            (1, Field::Bytes(b)) => drop(meta.insert("name".into(), text(b)?.into())),
-            (2, Field::Bytes(b)) => drop(meta.insert("generateName".into(), text(b)?.into())),
-            (3, Field::Bytes(b)) => drop(meta.insert("namespace".into(), text(b)?.into())),
-            (6, Field::Bytes(b)) => drop(meta.insert("resourceVersion".into(), text(b)?.into())),
-            (11, Field::Bytes(b)) => insert_map_entry(&mut meta, "labels", b, false)?,
-            (12, Field::Bytes(b)) => insert_map_entry(&mut meta, "annotations", b, false)?,
-            (13, Field::Bytes(b)) => push(&mut meta, "ownerReferences", owner_reference(b)?),
-            (14, Field::Bytes(b)) => push(&mut meta, "finalizers", text(b)?.into()),
-            _ => {}
-        }
-    }
-    Ok(Value::Object(meta))
+    schema::decode(&messages::OBJECT_META, bytes).map(Value::Object)
 }
 
 fn config_map(raw: &[u8]) -> Result<Map<String, Value>, String> {
@@ -430,6 +402,9 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
             AUTHORIZATION_V1,
             "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview",
         ) => review(raw)?,
+        ("apps/v1", "Deployment") => schema::decode(&messages::DEPLOYMENT, raw)?,
+        ("v1", "Service") => schema::decode(&messages::SERVICE, raw)?,
+        ("batch/v1", "Job") => schema::decode(&messages::JOB, raw)?,
         (AUTHENTICATION_V1, "SelfSubjectReview") => {
             let mut obj = review(raw)?;
             obj.remove("spec");
@@ -437,7 +412,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         }
         _ => {
             return Err(format!(
-                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace and ServiceAccount, {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, and the access and self-subject reviews, not {api_version} {kind}; send JSON"
+                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace, ServiceAccount and Service, apps/v1 Deployment, batch/v1 Job, {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, and the access and self-subject reviews, not {api_version} {kind}; send JSON"
             ));
         }
     };
@@ -509,9 +484,12 @@ mod tests {
         let mut body = MAGIC.to_vec();
         let mut type_meta = Vec::new();
         bytes_field(1, b"apps/v1", &mut type_meta);
-        bytes_field(2, b"Deployment", &mut type_meta);
+        bytes_field(2, b"StatefulSet", &mut type_meta);
         bytes_field(1, &type_meta, &mut body);
         bytes_field(2, b"", &mut body);
-        assert!(decode(&body).unwrap_err().contains("Deployment"));
+        assert!(decode(&body).unwrap_err().contains("StatefulSet"));
     }
 }
+
+#[cfg(test)]
+mod vectors;

@@ -30,13 +30,13 @@ fn kubectl_path() -> PathBuf {
 }
 
 /// kubectl bound to one kube-sim through a private kubeconfig and cache dir.
-struct Kubectl {
+pub(crate) struct Kubectl {
     dir: tempfile::TempDir,
     binary: PathBuf,
 }
 
 impl Kubectl {
-    fn new(sim: &KubeSim) -> Self {
+    pub(crate) fn new(sim: &KubeSim) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("kubeconfig"), sim.kubeconfig()).unwrap();
         Self {
@@ -45,7 +45,7 @@ impl Kubectl {
         }
     }
 
-    fn file(&self, name: &str, content: &str) -> String {
+    pub(crate) fn file(&self, name: &str, content: &str) -> String {
         let path = self.dir.path().join(name);
         std::fs::write(&path, content).unwrap();
         path.display().to_string()
@@ -63,7 +63,7 @@ impl Kubectl {
         cmd
     }
 
-    async fn run(&self, args: &[&str]) -> Output {
+    pub(crate) async fn run(&self, args: &[&str]) -> Output {
         tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
             .await
             .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
@@ -71,7 +71,7 @@ impl Kubectl {
     }
 
     /// Runs kubectl and returns stdout, failing the test on a non-zero exit.
-    async fn ok(&self, args: &[&str]) -> String {
+    pub(crate) async fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args).await;
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();

@@ -11,6 +11,7 @@ mod exec;
 mod faults;
 mod gc;
 mod kubectl_parity;
+mod kubectl_workloads;
 mod kubelet;
 mod lifecycle;
 mod python_client;
