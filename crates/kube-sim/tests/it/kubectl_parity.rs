@@ -33,15 +33,27 @@ fn kubectl_path() -> PathBuf {
 pub(crate) struct Kubectl {
     dir: tempfile::TempDir,
     binary: PathBuf,
+    kubeconfig: PathBuf,
 }
 
 impl Kubectl {
     pub(crate) fn new(sim: &KubeSim) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("kubeconfig"), sim.kubeconfig()).unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
         Self {
             dir,
             binary: kubectl_path(),
+            kubeconfig,
+        }
+    }
+
+    /// kubectl for the cluster an existing kubeconfig file names.
+    pub(crate) fn for_kubeconfig(kubeconfig: &std::path::Path) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            binary: kubectl_path(),
+            kubeconfig: kubeconfig.to_path_buf(),
         }
     }
 
@@ -54,7 +66,7 @@ impl Kubectl {
     fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.binary);
         cmd.arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"))
+            .arg(&self.kubeconfig)
             .arg("--cache-dir")
             .arg(self.dir.path().join("cache"))
             .args(args)

@@ -58,6 +58,16 @@ async fn replica_sets(sim: &KubeSim, selector: &str) -> Vec<ReplicaSet> {
         .items
 }
 
+/// The cells of the first row under a table's header.
+fn second_row(table: &str) -> Vec<&str> {
+    table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
+
 #[tokio::test]
 async fn create_deployment_rolls_out_scales_updates_and_is_collected() {
     let sim = sim().await;
@@ -148,6 +158,11 @@ async fn create_deployment_rolls_out_scales_updates_and_is_collected() {
             ("Progressing".into(), "NewReplicaSetAvailable".into()),
         ])
     );
+
+    let table = kubectl.ok(&["get", "deployment", "web"]).await;
+    assert_eq!(second_row(&table)[..4], ["web", "3/3", "3", "3"], "{table}");
+    let table = kubectl.ok(&["get", "replicaset", &first_name]).await;
+    assert_eq!(second_row(&table)[1..4], ["3", "3", "3"], "{table}");
 
     kubectl
         .ok(&["scale", "deployment/web", "--replicas=1"])
@@ -349,6 +364,12 @@ async fn create_job_runs_to_completion_and_a_failing_job_stops_at_its_backoff_li
             "--timeout=60s",
         ])
         .await;
+    let table = kubectl.ok(&["get", "job", "pi"]).await;
+    assert_eq!(
+        second_row(&table)[..3],
+        ["pi", "Complete", "1/1"],
+        "{table}"
+    );
     let jobs: Api<Job> = Api::default_namespaced(sim.client());
     let pi = jobs.get("pi").await.unwrap();
     let uid = pi.metadata.uid.clone().unwrap();

@@ -20,3 +20,4 @@ mod support;
 mod tokens;
 mod validation;
 mod watch;
+mod workloads_e2e;

@@ -421,3 +421,190 @@ pub fn status(deployment: &Deployment, owned: &[&ReplicaSet], now: &str) -> Valu
         "conditions": [available_condition, progressing],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(replicas: i32, image: &str, strategy: Value) -> Deployment {
+        let mut value = json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "d-1", "generation": 2},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "main", "image": image}]}},
+            },
+        });
+        if !strategy.is_null() {
+            value["spec"]["strategy"] = strategy;
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    /// A ReplicaSet of `d`'s template as the controller makes them, at
+    /// `replicas` with `running` pods of which `available` are available.
+    fn replica_set(
+        d: &Deployment,
+        name: &str,
+        revision: u64,
+        replicas: i32,
+        running: i32,
+        available: i32,
+    ) -> ReplicaSet {
+        let mut template = serde_json::to_value(&d.spec.as_ref().unwrap().template).unwrap();
+        template["metadata"]["labels"]["pod-template-hash"] = json!(name);
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}"),
+                         "annotations": {REVISION: revision.to_string()}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}}, "template": template},
+            "status": {"replicas": running, "readyReplicas": available, "availableReplicas": available},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_template_hash_is_stable_and_spelled_in_the_safe_alphabet() {
+        let d = deployment(3, "nginx:1.27", Value::Null);
+        let hash = template_hash(&d.spec.as_ref().unwrap().template);
+        assert_eq!(hash, template_hash(&d.spec.as_ref().unwrap().template));
+        assert!(!hash.is_empty() && hash.len() <= 10);
+        assert!(
+            hash.bytes()
+                .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)),
+            "{hash}"
+        );
+        let other = deployment(3, "nginx:1.28", Value::Null);
+        assert_ne!(hash, template_hash(&other.spec.as_ref().unwrap().template));
+    }
+
+    #[test]
+    fn a_new_deployment_gets_its_first_replica_set_at_full_size() {
+        let d = deployment(3, "nginx:1.27", Value::Null);
+        let plan = plan(&d, &[]);
+        let created = plan.create.unwrap();
+        assert_eq!(created.name, format!("web-{}", created.hash));
+        assert_eq!((created.revision, created.replicas), (1, 3));
+        assert_eq!(plan.revision, 1);
+    }
+
+    #[test]
+    fn a_template_change_surges_one_and_takes_one_old_pod_down_within_the_25_percent_defaults() {
+        let old_d = deployment(4, "nginx:1.27", Value::Null);
+        let old = replica_set(&old_d, "web-old", 1, 4, 4, 4);
+        let d = deployment(4, "nginx:1.28", Value::Null);
+        let plan = plan(&d, &[&old]);
+        let created = plan.create.unwrap();
+        assert_eq!((created.revision, created.replicas), (2, 1));
+        assert_eq!(plan.scale, [("web-old".to_string(), 3)]);
+    }
+
+    #[test]
+    fn old_pods_go_only_as_new_ones_become_available() {
+        let old_d = deployment(4, "nginx:1.27", Value::Null);
+        let d = deployment(4, "nginx:1.28", Value::Null);
+        // New set at 2 (none available yet), old at 3 all available:
+        // 5 pods = desired + surge, and 3 available = the minimum.
+        let new = replica_set(&d, "web-new", 2, 2, 2, 0);
+        let old = replica_set(&old_d, "web-old", 1, 3, 3, 3);
+        assert_eq!(plan(&d, &[&new, &old]).scale, []);
+        // Both new pods available: two old ones may go (5 available, 3
+        // needed); the new set grows on the next step, when there is room.
+        let new = replica_set(&d, "web-new", 2, 2, 2, 2);
+        assert_eq!(plan(&d, &[&new, &old]).scale, [("web-old".to_string(), 1)]);
+        let old = replica_set(&old_d, "web-old", 1, 1, 1, 1);
+        assert_eq!(plan(&d, &[&new, &old]).scale, [("web-new".to_string(), 4)]);
+    }
+
+    #[test]
+    fn scaling_without_a_template_change_resizes_the_current_set() {
+        let d = deployment(1, "nginx:1.27", Value::Null);
+        let current = replica_set(&d, "web-a", 1, 3, 3, 3);
+        assert_eq!(plan(&d, &[&current]).scale, [("web-a".to_string(), 1)]);
+        let d = deployment(5, "nginx:1.27", Value::Null);
+        assert_eq!(plan(&d, &[&current]).scale, [("web-a".to_string(), 5)]);
+    }
+
+    #[test]
+    fn recreate_stops_every_old_pod_before_the_new_set_starts() {
+        let recreate = json!({"type": "Recreate"});
+        let old_d = deployment(2, "busybox:1.36", recreate.clone());
+        let d = deployment(2, "busybox:1.37", recreate);
+        let running = replica_set(&old_d, "web-old", 1, 2, 2, 2);
+        let plan_now = plan(&d, &[&running]);
+        assert_eq!(plan_now.scale, [("web-old".to_string(), 0)]);
+        assert!(plan_now.create.is_none());
+        let stopped = replica_set(&old_d, "web-old", 1, 0, 0, 0);
+        let created = plan(&d, &[&stopped]).create.unwrap();
+        assert_eq!((created.revision, created.replicas), (2, 2));
+    }
+
+    #[test]
+    fn idle_old_sets_beyond_the_history_limit_are_deleted_oldest_first() {
+        let mut d = deployment(1, "nginx:4", Value::Null);
+        d.spec.as_mut().unwrap().revision_history_limit = Some(1);
+        let old: Vec<ReplicaSet> = (1..=3)
+            .map(|r| {
+                replica_set(
+                    &deployment(1, &format!("nginx:{r}"), Value::Null),
+                    &format!("web-r{r}"),
+                    r,
+                    0,
+                    0,
+                    0,
+                )
+            })
+            .collect();
+        let current = replica_set(&d, "web-r4", 4, 1, 1, 1);
+        let mut all: Vec<&ReplicaSet> = old.iter().collect();
+        all.push(&current);
+        assert_eq!(plan(&d, &all).delete, ["web-r1", "web-r2"]);
+    }
+
+    #[test]
+    fn a_complete_rollout_reports_upstreams_conditions() {
+        let d = deployment(2, "nginx:1.27", Value::Null);
+        let current = replica_set(&d, "web-a", 1, 2, 2, 2);
+        let status = status(&d, &[&current], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            (
+                status["observedGeneration"].clone(),
+                status["replicas"].clone(),
+                status["updatedReplicas"].clone(),
+                status["availableReplicas"].clone()
+            ),
+            (json!(2), json!(2), json!(2), json!(2))
+        );
+        let conditions = status["conditions"].as_array().unwrap();
+        assert_eq!(conditions[0]["reason"], "MinimumReplicasAvailable");
+        assert_eq!(
+            conditions[0]["message"],
+            "Deployment has minimum availability."
+        );
+        assert_eq!(conditions[1]["reason"], "NewReplicaSetAvailable");
+        assert_eq!(
+            conditions[1]["message"],
+            "ReplicaSet \"web-a\" has successfully progressed."
+        );
+    }
+
+    #[test]
+    fn a_rollout_in_progress_is_progressing_and_unavailable_below_the_minimum() {
+        let d = deployment(4, "nginx:1.28", Value::Null);
+        let old_d = deployment(4, "nginx:1.27", Value::Null);
+        let new = replica_set(&d, "web-new", 2, 2, 2, 0);
+        let old = replica_set(&old_d, "web-old", 1, 2, 2, 2);
+        let status = status(&d, &[&new, &old], "2026-01-01T00:00:00Z");
+        assert_eq!(status["updatedReplicas"], 2);
+        assert_eq!(status["unavailableReplicas"], 2);
+        let conditions = status["conditions"].as_array().unwrap();
+        assert_eq!(
+            (
+                conditions[0]["status"].clone(),
+                conditions[0]["reason"].clone()
+            ),
+            (json!("False"), json!("MinimumReplicasUnavailable"))
+        );
+        assert_eq!(conditions[1]["reason"], "ReplicaSetUpdated");
+    }
+}

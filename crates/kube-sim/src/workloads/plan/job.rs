@@ -200,3 +200,154 @@ pub fn plan(job: &Job, owned: &[&Pod], now: Timestamp) -> JobPlan {
         status,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(spec: Value, status: Value) -> Job {
+        let mut value = json!({
+            "metadata": {"name": "pi", "uid": "j-1"},
+            "spec": {"template": {"spec": {"containers": [], "restartPolicy": "Never"}}},
+        });
+        if let (Some(base), Some(extra)) = (value["spec"].as_object_mut(), spec.as_object()) {
+            base.extend(extra.clone());
+        }
+        if !status.is_null() {
+            value["status"] = status;
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pod(name: &str, phase: &str) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"containers": []}, "status": {"phase": phase}})).unwrap()
+    }
+
+    fn now() -> Timestamp {
+        "2026-01-01T00:00:10Z".parse().unwrap()
+    }
+
+    fn types(status: &Value) -> Vec<&str> {
+        status["conditions"]
+            .as_array()
+            .map(|cs| cs.iter().filter_map(|c| c["type"].as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_new_job_starts_one_pod_and_records_its_start() {
+        let plan = plan(&job(json!({}), Value::Null), &[], now());
+        assert_eq!(plan.create, 1);
+        assert_eq!(plan.status["startTime"], "2026-01-01T00:00:10Z");
+        assert_eq!(
+            (
+                plan.status["active"].clone(),
+                plan.status["succeeded"].clone()
+            ),
+            (json!(0), json!(0))
+        );
+        assert!(types(&plan.status).is_empty());
+    }
+
+    #[test]
+    fn reaching_the_completions_meets_the_success_criteria_and_completes() {
+        let done = pod("pi-a", "Succeeded");
+        let plan = plan(
+            &job(json!({"completions": 1}), Value::Null),
+            &[&done],
+            now(),
+        );
+        assert_eq!(plan.create, 0);
+        assert_eq!(types(&plan.status), ["SuccessCriteriaMet", "Complete"]);
+        assert_eq!(plan.status["conditions"][1]["reason"], COMPLETIONS_REACHED);
+        assert_eq!(plan.status["completionTime"], "2026-01-01T00:00:10Z");
+    }
+
+    #[test]
+    fn failures_beyond_the_backoff_limit_fail_the_job_once_no_pod_runs() {
+        let failed = [pod("a", "Failed"), pod("b", "Failed")];
+        let refs: Vec<&Pod> = failed.iter().collect();
+        let plan = plan(&job(json!({"backoffLimit": 1}), Value::Null), &refs, now());
+        assert_eq!(plan.create, 0);
+        assert_eq!(types(&plan.status), ["FailureTarget", "Failed"]);
+        assert_eq!(
+            plan.status["conditions"][1]["reason"],
+            BACKOFF_LIMIT_EXCEEDED
+        );
+        assert_eq!(
+            plan.status["conditions"][1]["message"],
+            BACKOFF_LIMIT_MESSAGE
+        );
+        assert_eq!(plan.status["failed"], 2);
+    }
+
+    #[test]
+    fn within_the_backoff_limit_a_failed_pod_is_replaced() {
+        let failed = pod("a", "Failed");
+        let plan = plan(
+            &job(json!({"backoffLimit": 1}), Value::Null),
+            &[&failed],
+            now(),
+        );
+        assert_eq!(plan.create, 1);
+        assert!(types(&plan.status).is_empty());
+    }
+
+    #[test]
+    fn a_failing_job_stops_its_running_pods_before_it_is_failed() {
+        let pods = [pod("a", "Failed"), pod("b", "Running")];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let plan = plan(
+            &job(
+                json!({"backoffLimit": 0, "parallelism": 2, "completions": 2}),
+                Value::Null,
+            ),
+            &refs,
+            now(),
+        );
+        assert_eq!(plan.delete, ["b"]);
+        assert_eq!(types(&plan.status), ["FailureTarget"]);
+    }
+
+    #[test]
+    fn parallelism_bounds_the_pods_still_needed_for_the_completions() {
+        let pods = [
+            pod("a", "Succeeded"),
+            pod("b", "Succeeded"),
+            pod("c", "Succeeded"),
+            pod("d", "Running"),
+        ];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let spec = json!({"completions": 5, "parallelism": 3});
+        assert_eq!(plan(&job(spec, Value::Null), &refs, now()).create, 1);
+    }
+
+    #[test]
+    fn a_work_queue_job_starts_nothing_after_a_success_and_completes_when_idle() {
+        let spec = json!({"parallelism": 2, "completions": null});
+        let busy = [pod("a", "Succeeded"), pod("b", "Running")];
+        let refs: Vec<&Pod> = busy.iter().collect();
+        let plan_busy = plan(&job(spec.clone(), Value::Null), &refs, now());
+        assert_eq!(plan_busy.create, 0);
+        assert!(types(&plan_busy.status).is_empty());
+        let idle = [pod("a", "Succeeded"), pod("b", "Succeeded")];
+        let refs: Vec<&Pod> = idle.iter().collect();
+        assert_eq!(
+            types(&plan(&job(spec, Value::Null), &refs, now()).status),
+            ["SuccessCriteriaMet", "Complete"]
+        );
+    }
+
+    #[test]
+    fn an_active_deadline_fails_the_job_with_deadline_exceeded() {
+        let status = json!({"startTime": "2026-01-01T00:00:00Z"});
+        let running = pod("a", "Running");
+        let plan = plan(
+            &job(json!({"activeDeadlineSeconds": 5}), status),
+            &[&running],
+            now(),
+        );
+        assert_eq!(plan.delete, ["a"]);
+        assert_eq!(plan.status["conditions"][0]["reason"], DEADLINE_EXCEEDED);
+    }
+}
