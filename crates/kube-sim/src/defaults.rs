@@ -148,6 +148,7 @@ fn job(value: &mut Value) {
     set_missing(spec, "completionMode", json!("NonIndexed"));
     set_missing(spec, "suspend", json!(false));
     set_missing(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+    set_missing(spec, "manualSelector", json!(false));
     template_spec(spec);
 }
 
@@ -256,6 +257,8 @@ mod tests {
         assert_eq!(job["spec"]["completions"], 1);
         assert_eq!(job["spec"]["parallelism"], 1);
         assert_eq!(job["spec"]["backoffLimit"], 6);
+        // kube-apiserver v1.37.2 (real lane) writes it out too.
+        assert_eq!(job["spec"]["manualSelector"], false);
         assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
     }
 

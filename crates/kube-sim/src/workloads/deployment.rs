@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 use super::plan::deployment::{
     self, DESIRED_REPLICAS, MAX_REPLICAS, NewReplicaSet, POD_TEMPLATE_HASH, REVISION,
 };
-use super::{Expectations, by_controller, next_round, owner_reference, resource_version};
+use super::{
+    Expectations, by_controller, next_round, owner_reference, resource_version, status_patch,
+};
 use crate::kubelet::informer::{self, Subscriber};
 use crate::object::now_rfc3339;
 
@@ -140,7 +142,7 @@ async fn sync(
         status["collisionCount"] = collisions.clone();
     }
     if current != status {
-        let patch = json!({"status": status});
+        let patch = status_patch(&current, &status);
         if let Err(e) = api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{job, pods};
 use super::{
     Expectations, by_controller, next_round, owner_reference, pod_from_template, resource_version,
+    status_patch,
 };
 use crate::kubelet::informer::{self, Subscriber};
 
@@ -90,7 +91,7 @@ async fn sync(client: &kube::Client, j: &Job, mine: &[&Pod], expectations: &mut 
         .unwrap_or_else(|| json!({}));
     if current != plan.status {
         let api: Api<Job> = Api::namespaced(client.clone(), &namespace);
-        let patch = json!({"status": plan.status});
+        let patch = status_patch(&current, &plan.status);
         if let Err(e) = api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

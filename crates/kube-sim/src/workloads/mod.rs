@@ -205,6 +205,21 @@ impl Expectations {
     }
 }
 
+/// A merge patch that makes `.status` exactly `wanted`: fields of `current`
+/// that `wanted` leaves out are removed (a merge patch keeps what it does
+/// not name).
+fn status_patch(current: &serde_json::Value, wanted: &serde_json::Value) -> serde_json::Value {
+    let mut status = wanted.clone();
+    if let (Some(current), Some(patch)) = (current.as_object(), status.as_object_mut()) {
+        for key in current.keys() {
+            if !patch.contains_key(key) {
+                patch.insert(key.clone(), serde_json::Value::Null);
+            }
+        }
+    }
+    serde_json::json!({ "status": status })
+}
+
 fn resource_version<K: Resource>(object: &K) -> u64 {
     object
         .meta()
@@ -212,4 +227,19 @@ fn resource_version<K: Resource>(object: &K) -> u64 {
         .as_deref()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_status_patch_removes_what_the_new_status_leaves_out() {
+        let current = json!({"active": 1, "succeeded": 0, "ready": 1});
+        let wanted = json!({"succeeded": 1, "ready": 0});
+        assert_eq!(
+            super::status_patch(&current, &wanted),
+            json!({"status": {"active": null, "succeeded": 1, "ready": 0}})
+        );
+    }
 }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{pods, replicaset};
 use super::{
     Expectations, by_controller, next_round, owner_reference, pod_from_template, resource_version,
+    status_patch,
 };
 use crate::kubelet::informer::{self, Subscriber};
 
@@ -96,7 +97,7 @@ async fn sync(
         .unwrap_or_else(|| json!({}));
     if current != plan.status {
         let api: Api<ReplicaSet> = Api::namespaced(client.clone(), &namespace);
-        let patch = json!({"status": plan.status});
+        let patch = status_patch(&current, &plan.status);
         if let Err(e) = api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

@@ -309,14 +309,39 @@ async fn jobs_complete_or_fail_at_their_backoff_limit_as_on_kube_controller_mana
             .unwrap()["batch.kubernetes.io/controller-uid"],
         uid
     );
+    let spec = pi.spec.as_ref().unwrap();
+    assert_eq!(
+        (
+            spec.completions,
+            spec.parallelism,
+            spec.backoff_limit,
+            spec.manual_selector,
+            spec.suspend,
+            spec.completion_mode.as_deref(),
+            spec.pod_replacement_policy.as_deref()
+        ),
+        (
+            Some(1),
+            Some(1),
+            Some(6),
+            Some(false),
+            Some(false),
+            Some("NonIndexed"),
+            Some("TerminatingOrFailed")
+        ),
+        "the server's Job defaults"
+    );
     let status = pi.status.unwrap();
+    // Zero counts are left out; `ready` and `terminating` are written.
     assert_eq!(
         (
             status.succeeded,
-            status.active.unwrap_or(0),
-            status.failed.unwrap_or(0)
+            status.active,
+            status.failed,
+            status.ready,
+            status.terminating
         ),
-        (Some(1), 0, 0)
+        (Some(1), None, None, Some(0), Some(0))
     );
     assert!(status.start_time.is_some() && status.completion_time.is_some());
     let conditions = status.conditions.unwrap();

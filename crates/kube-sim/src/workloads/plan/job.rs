@@ -177,14 +177,22 @@ pub fn plan(job: &Job, owned: &[&Pod], now: Timestamp) -> JobPlan {
             completion_time = Some(now_text.clone());
         }
     }
+    // As kube-apiserver serialises it: the counts are omitted at zero,
+    // `ready` and `terminating` are pointers and kept.
     let mut status = json!({
-        "active": active.len(),
-        "succeeded": succeeded,
-        "failed": failed,
         "ready": ready,
         "terminating": terminating,
         "uncountedTerminatedPods": {},
     });
+    for (key, count) in [
+        ("active", active.len() as i32),
+        ("succeeded", succeeded),
+        ("failed", failed),
+    ] {
+        if count > 0 {
+            status[key] = json!(count);
+        }
+    }
     if !conditions.is_empty() {
         status["conditions"] = json!(conditions);
     }
@@ -239,12 +247,10 @@ mod tests {
         let plan = plan(&job(json!({}), Value::Null), &[], now());
         assert_eq!(plan.create, 1);
         assert_eq!(plan.status["startTime"], "2026-01-01T00:00:10Z");
+        // Zero counts are left out, as kube-apiserver serialises them.
         assert_eq!(
-            (
-                plan.status["active"].clone(),
-                plan.status["succeeded"].clone()
-            ),
-            (json!(0), json!(0))
+            plan.status,
+            json!({"ready": 0, "terminating": 0, "uncountedTerminatedPods": {}, "startTime": "2026-01-01T00:00:10Z"})
         );
         assert!(types(&plan.status).is_empty());
     }
