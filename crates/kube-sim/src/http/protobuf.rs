@@ -13,7 +13,6 @@
 mod messages;
 mod schema;
 
-use base64::Engine;
 use serde_json::{Map, Value, json};
 
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -102,35 +101,10 @@ fn text(bytes: &[u8]) -> Result<String, String> {
     String::from_utf8(bytes.to_vec()).map_err(|_| "a string field is not UTF-8".to_string())
 }
 
-/// A `map<string, string|bytes>` entry: key = 1, value = 2.
-fn map_entry(bytes: &[u8], value_is_bytes: bool) -> Result<(String, Value), String> {
-    let mut key = String::new();
-    let mut value = Value::String(String::new());
-    for (number, field) in fields(bytes)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => key = text(b)?,
-            (2, Field::Bytes(b)) if value_is_bytes => {
-                value = Value::String(base64::engine::general_purpose::STANDARD.encode(b));
-            }
-            (2, Field::Bytes(b)) => value = Value::String(text(b)?),
-            _ => {}
-        }
-    }
-    Ok((key, value))
-}
-
-fn insert_map_entry(
-    obj: &mut Map<String, Value>,
-    name: &str,
-    bytes: &[u8],
-    is_bytes: bool,
-) -> Result<(), String> {
-    let (k, v) = map_entry(bytes, is_bytes)?;
-    let map = obj.entry(name).or_insert_with(|| Value::Object(Map::new()));
-    if let Some(map) = map.as_object_mut() {
-        map.insert(k, v);
-    }
-    Ok(())
+/// `ObjectMeta`: the fields a client may set on create; server-owned ones
+/// are accepted only empty.
+fn object_meta(bytes: &[u8]) -> Result<Value, String> {
+    schema::decode(&messages::OBJECT_META, bytes).map(Value::Object)
 }
 
 fn push(obj: &mut Map<String, Value>, name: &str, value: Value) {
@@ -138,75 +112,6 @@ fn push(obj: &mut Map<String, Value>, name: &str, value: Value) {
     if let Some(list) = list.as_array_mut() {
         list.push(value);
     }
-}
-
-/// `ObjectMeta`: the fields a client may set on create; server-owned ones
-/// are accepted only empty.
-fn object_meta(bytes: &[u8]) -> Result<Value, String> {
-    schema::decode(&messages::OBJECT_META, bytes).map(Value::Object)
-}
-
-fn config_map(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => insert_map_entry(&mut obj, "data", b, false)?,
-            (3, Field::Bytes(b)) => insert_map_entry(&mut obj, "binaryData", b, true)?,
-            (4, Field::Varint(v)) => drop(obj.insert("immutable".into(), (v != 0).into())),
-            _ => {}
-        }
-    }
-    Ok(obj)
-}
-
-fn secret(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => insert_map_entry(&mut obj, "data", b, true)?,
-            (3, Field::Bytes(b)) => drop(obj.insert("type".into(), text(b)?.into())),
-            (4, Field::Bytes(b)) => insert_map_entry(&mut obj, "stringData", b, false)?,
-            (5, Field::Varint(v)) => drop(obj.insert("immutable".into(), (v != 0).into())),
-            _ => {}
-        }
-    }
-    Ok(obj)
-}
-
-fn namespace(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => {
-                let mut spec = Map::new();
-                for (n, f) in fields(b)? {
-                    if let (1, Field::Bytes(fin)) = (n, f) {
-                        push(&mut spec, "finalizers", text(fin)?.into());
-                    }
-                }
-                obj.insert("spec".into(), Value::Object(spec));
-            }
-            _ => {}
-        }
-    }
-    Ok(obj)
-}
-
-fn service_account(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (4, Field::Varint(v)) => {
-                drop(obj.insert("automountServiceAccountToken".into(), (v != 0).into()))
-            }
-            _ => {}
-        }
-    }
-    Ok(obj)
 }
 
 /// A message whose fields are all strings, `repeated` ones collected into
@@ -229,90 +134,6 @@ fn strings_message(bytes: &[u8], names: &[(&str, bool)]) -> Result<Value, String
         }
     }
     Ok(Value::Object(obj))
-}
-
-/// rbac/v1 `PolicyRule`.
-fn policy_rule(bytes: &[u8]) -> Result<Value, String> {
-    strings_message(
-        bytes,
-        &[
-            ("verbs", true),
-            ("apiGroups", true),
-            ("resources", true),
-            ("resourceNames", true),
-            ("nonResourceURLs", true),
-        ],
-    )
-}
-
-/// meta/v1 `LabelSelector`: matchLabels = 1, matchExpressions = 2.
-fn label_selector(bytes: &[u8]) -> Result<Value, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(bytes)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => insert_map_entry(&mut obj, "matchLabels", b, false)?,
-            (2, Field::Bytes(b)) => push(
-                &mut obj,
-                "matchExpressions",
-                strings_message(b, &[("key", false), ("operator", false), ("values", true)])?,
-            ),
-            _ => {}
-        }
-    }
-    Ok(Value::Object(obj))
-}
-
-/// rbac/v1 `Role` and `ClusterRole`: metadata = 1, rules = 2,
-/// aggregationRule = 3 (ClusterRole only).
-fn role(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => push(&mut obj, "rules", policy_rule(b)?),
-            (3, Field::Bytes(b)) => {
-                let mut rule = Map::new();
-                for (n, f) in fields(b)? {
-                    if let (1, Field::Bytes(selector)) = (n, f) {
-                        push(&mut rule, "clusterRoleSelectors", label_selector(selector)?);
-                    }
-                }
-                obj.insert("aggregationRule".into(), Value::Object(rule));
-            }
-            _ => {}
-        }
-    }
-    Ok(obj)
-}
-
-/// rbac/v1 `RoleBinding` and `ClusterRoleBinding`: metadata = 1,
-/// subjects = 2, roleRef = 3.
-fn role_binding(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => push(
-                &mut obj,
-                "subjects",
-                strings_message(
-                    b,
-                    &[
-                        ("kind", false),
-                        ("apiGroup", false),
-                        ("name", false),
-                        ("namespace", false),
-                    ],
-                )?,
-            ),
-            (3, Field::Bytes(b)) => drop(obj.insert(
-                "roleRef".into(),
-                strings_message(b, &[("apiGroup", false), ("kind", false), ("name", false)])?,
-            )),
-            _ => {}
-        }
-    }
-    Ok(obj)
 }
 
 const AUTHORIZATION_V1: &str = "authorization.k8s.io/v1";
@@ -392,12 +213,15 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
     }
     let raw = raw.ok_or("protobuf envelope without an object")?;
     let mut obj = match (api_version.as_str(), kind.as_str()) {
-        ("v1", "ConfigMap") => config_map(raw)?,
-        ("v1", "Secret") => secret(raw)?,
-        ("v1", "Namespace") => namespace(raw)?,
-        ("v1", "ServiceAccount") => service_account(raw)?,
-        (RBAC_V1, "Role" | "ClusterRole") => role(raw)?,
-        (RBAC_V1, "RoleBinding" | "ClusterRoleBinding") => role_binding(raw)?,
+        ("v1", "ConfigMap") => schema::decode(&messages::CONFIG_MAP, raw)?,
+        ("v1", "Secret") => schema::decode(&messages::SECRET, raw)?,
+        ("v1", "Namespace") => schema::decode(&messages::NAMESPACE, raw)?,
+        ("v1", "ServiceAccount") => schema::decode(&messages::SERVICE_ACCOUNT, raw)?,
+        (RBAC_V1, "Role") => schema::decode(&messages::ROLE, raw)?,
+        (RBAC_V1, "ClusterRole") => schema::decode(&messages::CLUSTER_ROLE, raw)?,
+        (RBAC_V1, "RoleBinding" | "ClusterRoleBinding") => {
+            schema::decode(&messages::ROLE_BINDING, raw)?
+        }
         (
             AUTHORIZATION_V1,
             "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview",

@@ -1,6 +1,8 @@
-//! The messages of the objects kubectl's `create deployment`, `create
-//! service …` and `create job` generators send, with field numbers from
-//! k8s.io/api and k8s.io/apimachinery v0.37.2 (`generated.proto`).
+//! The messages of the objects kubectl's generators send (`create
+//! deployment`, `create service …`, `create job`, `create configmap`,
+//! `create secret`, `create namespace`, `create serviceaccount`, `create
+//! role|clusterrole|rolebinding|clusterrolebinding`), with field numbers
+//! from k8s.io/api and k8s.io/apimachinery v0.37.2 (`generated.proto`).
 //!
 //! Every field number the Go encoder may write is listed: the ones those
 //! generators can set decode, the rest are [`Kind::Unset`] (accepted only at
@@ -44,7 +46,7 @@ static OWNER_REFERENCE: Message = Message {
     ],
 };
 
-static LABEL_SELECTOR: Message = Message {
+pub static LABEL_SELECTOR: Message = Message {
     name: "LabelSelector",
     fields: &[
         field(1, "matchLabels", StringMap),
@@ -340,5 +342,122 @@ static JOB_STATUS: Message = Message {
         field(9, "ready", Unset),
         field(10, "failedIndexes", Unset),
         field(11, "terminating", Unset),
+    ],
+};
+
+// ---- core/v1 ConfigMap, Secret, Namespace, ServiceAccount ------------------
+
+pub static CONFIG_MAP: Message = Message {
+    name: "ConfigMap",
+    fields: &[
+        field(1, "metadata", Msg(&OBJECT_META)),
+        field(2, "data", StringMap),
+        field(3, "binaryData", BytesMap),
+        field(4, "immutable", OptBool),
+    ],
+};
+
+pub static SECRET: Message = Message {
+    name: "Secret",
+    fields: &[
+        field(1, "metadata", Msg(&OBJECT_META)),
+        field(2, "data", BytesMap),
+        field(3, "type", Str),
+        field(4, "stringData", StringMap),
+        field(5, "immutable", OptBool),
+    ],
+};
+
+pub static NAMESPACE: Message = Message {
+    name: "Namespace",
+    fields: &[
+        field(1, "metadata", Msg(&OBJECT_META)),
+        field(2, "spec", Msg(&NAMESPACE_SPEC)),
+        field(3, "status", Msg(&NAMESPACE_STATUS)),
+    ],
+};
+
+static NAMESPACE_SPEC: Message = Message {
+    name: "NamespaceSpec",
+    fields: &[field(1, "finalizers", Strs)],
+};
+
+/// Written (empty) on create; the server sets the phase itself.
+static NAMESPACE_STATUS: Message = Message {
+    name: "NamespaceStatus",
+    fields: &[field(1, "phase", Unset), field(2, "conditions", Unset)],
+};
+
+pub static SERVICE_ACCOUNT: Message = Message {
+    name: "ServiceAccount",
+    fields: &[
+        field(1, "metadata", Msg(&OBJECT_META)),
+        field(2, "secrets", Unset),
+        field(3, "imagePullSecrets", Unset),
+        field(4, "automountServiceAccountToken", OptBool),
+    ],
+};
+
+// ---- rbac/v1 -------------------------------------------------------------
+
+pub static ROLE: Message = Message {
+    name: "Role",
+    fields: &[
+        field(1, "metadata", Msg(&OBJECT_META)),
+        field(2, "rules", Msgs(&POLICY_RULE)),
+    ],
+};
+
+pub static CLUSTER_ROLE: Message = Message {
+    name: "ClusterRole",
+    fields: &[
+        field(1, "metadata", Msg(&OBJECT_META)),
+        field(2, "rules", Msgs(&POLICY_RULE)),
+        field(3, "aggregationRule", Msg(&AGGREGATION_RULE)),
+    ],
+};
+
+static POLICY_RULE: Message = Message {
+    name: "PolicyRule",
+    fields: &[
+        field(1, "verbs", Strs),
+        field(2, "apiGroups", Strs),
+        field(3, "resources", Strs),
+        field(4, "resourceNames", Strs),
+        field(5, "nonResourceURLs", Strs),
+    ],
+};
+
+static AGGREGATION_RULE: Message = Message {
+    name: "AggregationRule",
+    fields: &[field(1, "clusterRoleSelectors", Msgs(&LABEL_SELECTOR))],
+};
+
+/// RoleBinding and ClusterRoleBinding share their fields.
+pub static ROLE_BINDING: Message = Message {
+    name: "RoleBinding",
+    fields: &[
+        field(1, "metadata", Msg(&OBJECT_META)),
+        field(2, "subjects", Msgs(&SUBJECT)),
+        field(3, "roleRef", Msg(&ROLE_REF)),
+    ],
+};
+
+static SUBJECT: Message = Message {
+    name: "Subject",
+    fields: &[
+        field(1, "kind", Str),
+        field(2, "apiGroup", Str),
+        field(3, "name", Str),
+        field(4, "namespace", Str),
+    ],
+};
+
+static ROLE_REF: Message = Message {
+    name: "RoleRef",
+    fields: &[
+        field(1, "apiGroup", Str),
+        field(2, "kind", Str),
+        field(3, "name", Str),
     ],
 };

@@ -39,6 +39,8 @@ pub enum Kind {
     OptBool,
     /// `map<string, string>`.
     StringMap,
+    /// `map<string, bytes>`, values base64 in JSON.
+    BytesMap,
     /// An embedded message; left out when it decodes to nothing.
     Msg(&'static Message),
     /// `repeated` messages.
@@ -103,6 +105,13 @@ pub fn decode(message: &Message, bytes: &[u8]) -> Result<Map<String, Value>, Str
                     map.insert(key, value.into());
                 }
             }
+            (Kind::BytesMap, Field::Bytes(b)) => {
+                let (key, value) = bytes_entry(b)?;
+                let map = out.entry(name).or_insert_with(|| Value::Object(Map::new()));
+                if let Some(map) = map.as_object_mut() {
+                    map.insert(key, value.into());
+                }
+            }
             (Kind::Msg(inner), Field::Bytes(b)) => {
                 let decoded = decode(inner, b)?;
                 if !decoded.is_empty() {
@@ -148,6 +157,20 @@ fn string_entry(bytes: &[u8]) -> Result<(String, String), String> {
         match (number, field) {
             (1, Field::Bytes(b)) => key = text(b)?,
             (2, Field::Bytes(b)) => value = text(b)?,
+            (n, _) => return Err(format!("map entry with an unexpected field {n}")),
+        }
+    }
+    Ok((key, value))
+}
+
+/// A `map<string, bytes>` entry, the value base64-encoded as in JSON.
+fn bytes_entry(bytes: &[u8]) -> Result<(String, String), String> {
+    use base64::Engine;
+    let (mut key, mut value) = (String::new(), String::new());
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => key = text(b)?,
+            (2, Field::Bytes(b)) => value = base64::engine::general_purpose::STANDARD.encode(b),
             (n, _) => return Err(format!("map entry with an unexpected field {n}")),
         }
     }

@@ -75,6 +75,27 @@ const JOB: &str = concat!(
     "c201001a082000280030003a001a002200",
 );
 
+const SECRET: &str = concat!(
+    "6b3873000a0c0a027631120653656372657412390a120a02733112001a0022002a00320038004200",
+    "120e0a07746c732e63727412030001021a116b756265726e657465732e696f2f746c7328011a0022",
+    "00",
+);
+
+const SERVICEACCOUNT: &str = concat!(
+    "6b3873000a140a027631120e536572766963654163636f756e7412150a130a0373613112001a0022",
+    "002a003200380042001a002200",
+);
+
+const NAMESPACE: &str = concat!(
+    "6b3873000a0f0a02763112094e616d657370616365121e0a160a067465616d2d6112001a0022002a",
+    "0032003800420012001a020a001a002200",
+);
+
+const CONFIGMAP: &str = concat!(
+    "6b3873000a0f0a0276311209436f6e6669674d6170121c0a120a02633112001a0022002a00320038",
+    "00420012060a01611201621a002200",
+);
+
 /// `kubectl create deployment web --image=nginx:1.27 --image=busybox
 /// --replicas=3 --port=8080 -- sleep 60` (name and labels `web`; kubectl
 /// names containers after the images).
@@ -288,5 +309,40 @@ fn an_unknown_field_number_is_refused() {
     assert!(
         error.contains("number 15") && error.contains("Deployment"),
         "{error}"
+    );
+}
+
+/// `kubectl create secret tls`-like: type, binary data (base64 in JSON)
+/// and `immutable`.
+#[test]
+fn a_secret_decodes_binary_data_type_and_immutable() {
+    assert_eq!(
+        decode(&bytes(SECRET)).unwrap(),
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s1"},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "AAEC"},
+            "immutable": true,
+        })
+    );
+}
+
+/// `kubectl create serviceaccount sa1`, `create namespace team-a`,
+/// `create configmap c1 --from-literal=a=b`: the zero-valued status and
+/// spec the encoder writes leave nothing behind.
+#[test]
+fn serviceaccount_namespace_and_configmap_decode_without_empty_leftovers() {
+    assert_eq!(
+        decode(&bytes(SERVICEACCOUNT)).unwrap(),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa1"}})
+    );
+    assert_eq!(
+        decode(&bytes(NAMESPACE)).unwrap(),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    );
+    assert_eq!(
+        decode(&bytes(CONFIGMAP)).unwrap(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1"}, "data": {"a": "b"}})
     );
 }
