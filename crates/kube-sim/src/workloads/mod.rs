@@ -233,6 +233,37 @@ fn resource_version<K: Resource>(object: &K) -> u64 {
 mod tests {
     use serde_json::json;
 
+    use super::Expectations;
+
+    #[test]
+    fn an_owner_waits_until_the_cache_shows_its_creates_deletes_and_writes() {
+        let mut expectations = Expectations::default();
+        assert!(expectations.satisfied("rs-1", |_| None), "nothing pending");
+        expectations.created("rs-1", "web-a".into());
+        expectations.deleted("rs-1", "web-b".into());
+        expectations.written("rs-1", "web-c".into(), 7);
+        // web-a not seen yet.
+        assert!(!expectations.satisfied("rs-1", |n| (n != "web-a").then_some((9, true))));
+        // web-b still live.
+        let b_live = |n: &str| Some((if n == "web-c" { 7 } else { 1 }, true));
+        assert!(!expectations.satisfied("rs-1", b_live));
+        // web-c behind the written version.
+        let c_behind = |n: &str| match n {
+            "web-a" => Some((1, true)),
+            "web-b" => Some((1, false)),
+            _ => Some((6, true)),
+        };
+        assert!(!expectations.satisfied("rs-1", c_behind));
+        let all_seen = |n: &str| match n {
+            "web-a" => Some((1, true)),
+            "web-b" => None,
+            _ => Some((7, true)),
+        };
+        assert!(expectations.satisfied("rs-1", all_seen));
+        // Met expectations are forgotten.
+        assert!(expectations.satisfied("rs-1", |_| None));
+    }
+
     #[test]
     fn a_status_patch_removes_what_the_new_status_leaves_out() {
         let current = json!({"active": 1, "succeeded": 0, "ready": 1});
