@@ -409,7 +409,7 @@ spec:
             "job/flaky",
             "-n",
             ns,
-            "--timeout=90s",
+            "--timeout=50s",
         ])
         .await;
     let status = jobs.get("flaky").await.unwrap().status.unwrap();
