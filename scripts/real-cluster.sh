@@ -554,7 +554,19 @@ options:
 EOF
     for s in "$KEYDIR"/share/kwok/node-*.yaml "$KEYDIR"/share/kwok/pod-*.yaml; do
       echo "---"
-      cat "$s"
+      if [[ "$(basename "$s")" == pod-complete.yaml ]]; then
+        # A Job's pod that carries kube-sim's run-seconds annotation ends as
+        # the annotations say (stage gpufleet-container-exit), as on
+        # kube-sim, instead of succeeding at once.
+        awk '{ print } /^      - .Job.$/ {
+          print "    - key: '"'"'(.metadata.annotations // {}) | has(\"kube-sim.gpufleet.dev/run-seconds\")'"'"'"
+          print "      operator: '"'"'In'"'"'"
+          print "      values:"
+          print "      - '"'"'false'"'"'"
+        }' "$s"
+      else
+        cat "$s"
+      fi
     done
     # The simulated kubelet's container lifecycle (docs/kube-sim.md), so a
     # test's pod manifests mean the same on both lanes.

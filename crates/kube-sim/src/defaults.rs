@@ -92,8 +92,64 @@ pub fn apply(group: &str, kind: &str, value: &mut Value) {
                 template_spec(spec);
             }
         }
+        ("batch", "Job") => job(value),
         _ => {}
     }
+}
+
+/// The Job strategy's selector generation and the batch/v1 defaults.
+fn job(value: &mut Value) {
+    let uid = value
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let Some(spec) = object(value, "spec") else {
+        return;
+    };
+    // Unless the user asks to choose it (manualSelector), the server picks a
+    // selector on the Job's uid and labels the template to match, once, when
+    // the Job is created (it is immutable afterwards, so an update that
+    // already carries it is left alone).
+    let manual = spec.get("manualSelector").and_then(Value::as_bool) == Some(true);
+    if !manual && spec.get("selector").is_none_or(Value::is_null) && !uid.is_empty() {
+        spec.insert(
+            "selector".into(),
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+        );
+        let template = spec.entry("template").or_insert_with(|| json!({}));
+        if let Some(template) = template.as_object_mut() {
+            let meta = template.entry("metadata").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                let labels = meta.entry("labels").or_insert_with(|| json!({}));
+                if let Some(labels) = labels.as_object_mut() {
+                    for key in ["controller-uid", "batch.kubernetes.io/controller-uid"] {
+                        labels.insert(key.into(), json!(uid));
+                    }
+                    for key in ["job-name", "batch.kubernetes.io/job-name"] {
+                        labels.insert(key.into(), json!(name));
+                    }
+                }
+            }
+        }
+    }
+    if spec.get("completions").is_none_or(Value::is_null)
+        && spec.get("parallelism").is_none_or(Value::is_null)
+    {
+        spec.insert("completions".into(), json!(1));
+    }
+    set_missing(spec, "parallelism", json!(1));
+    set_missing(spec, "backoffLimit", json!(6));
+    set_missing(spec, "completionMode", json!("NonIndexed"));
+    set_missing(spec, "suspend", json!(false));
+    set_missing(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+    set_missing(spec, "manualSelector", json!(false));
+    template_spec(spec);
 }
 
 fn template_spec(spec: &mut Map<String, Value>) {
@@ -179,6 +235,48 @@ fn service_spec(spec: &mut Map<String, Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_job_gets_a_selector_on_its_uid_and_matching_template_labels() {
+        let mut job = json!({
+            "metadata": {"name": "pi", "uid": "u-1"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "perl"}], "restartPolicy": "Never"}}},
+        });
+        apply("batch", "Job", &mut job);
+        assert_eq!(
+            job["spec"]["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+        );
+        assert_eq!(
+            job["spec"]["template"]["metadata"]["labels"],
+            json!({
+                "controller-uid": "u-1", "batch.kubernetes.io/controller-uid": "u-1",
+                "job-name": "pi", "batch.kubernetes.io/job-name": "pi",
+            })
+        );
+        assert_eq!(job["spec"]["completions"], 1);
+        assert_eq!(job["spec"]["parallelism"], 1);
+        assert_eq!(job["spec"]["backoffLimit"], 6);
+        // kube-apiserver v1.37.2 (real lane) writes it out too.
+        assert_eq!(job["spec"]["manualSelector"], false);
+        assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    }
+
+    #[test]
+    fn a_job_with_parallelism_only_gets_no_completions_and_a_manual_selector_is_kept() {
+        let mut job = json!({
+            "metadata": {"name": "w", "uid": "u-2"},
+            "spec": {"parallelism": 3, "manualSelector": true, "selector": {"matchLabels": {"a": "b"}},
+                     "template": {"metadata": {"labels": {"a": "b"}}}},
+        });
+        apply("batch", "Job", &mut job);
+        assert!(job["spec"].get("completions").is_none());
+        assert_eq!(job["spec"]["selector"], json!({"matchLabels": {"a": "b"}}));
+        assert_eq!(
+            job["spec"]["template"]["metadata"]["labels"],
+            json!({"a": "b"})
+        );
+    }
 
     #[test]
     fn a_bare_pod_gets_the_real_servers_defaults() {

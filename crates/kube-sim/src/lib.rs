@@ -40,6 +40,7 @@ mod server;
 mod store;
 pub mod tokens;
 mod validate;
+mod workloads;
 
 pub use error::ApiError;
 // faults: fault injection API (http/faults.rs)

@@ -225,6 +225,7 @@ fn builtins() -> Vec<Builtin> {
     use StatusOnCreate::*;
     use k8s_openapi::api::admissionregistration::v1 as admission;
     use k8s_openapi::api::apps::v1 as apps;
+    use k8s_openapi::api::batch::v1 as batch;
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::events::v1 as events;
@@ -232,9 +233,9 @@ fn builtins() -> Vec<Builtin> {
     use k8s_openapi::api::rbac::v1 as rbac;
     use k8s_openapi::api::scheduling::v1 as scheduling;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
-    // Workloads and RBAC are stored and served (so manifests apply and
-    // controllers can read them) but nothing acts on them: no Deployment
-    // controller creates pods and no request is authorised against a Role.
+    // Workloads and RBAC are stored and served. Deployments, ReplicaSets
+    // and Jobs are acted on by `crate::workloads`; DaemonSets and
+    // StatefulSets are stored only.
     let workload = |kind, plural, short_names, normalize| Builtin {
         group: "apps",
         version: "v1",
@@ -506,6 +507,20 @@ fn builtins() -> Vec<Builtin> {
             &["rs"],
             roundtrip::<apps::ReplicaSet>,
         ),
+        Builtin {
+            group: "batch",
+            version: "v1",
+            kind: "Job",
+            plural: "jobs",
+            namespaced: true,
+            short_names: &[],
+            categories: &["all"],
+            status: true,
+            name_rule: Subdomain,
+            status_on_create: Drop,
+            normalize: roundtrip::<batch::Job>,
+            extra_fields: &["status.successful"],
+        },
         rbac_kind("Role", "roles", true, roundtrip::<rbac::Role>),
         rbac_kind(
             "RoleBinding",

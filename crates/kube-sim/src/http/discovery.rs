@@ -101,6 +101,17 @@ fn resource_entries(rt: &ResourceType, version: &str) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if super::scale::supported(rt) {
+        entries.push(json!({
+            "name": format!("{}/scale", rt.plural),
+            "singularName": "",
+            "namespaced": true,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
     if rt.kind == "Pod" && rt.group.is_empty() {
         entries.push(json!({
             "name": "pods/exec", "singularName": "", "namespaced": true,

@@ -8,6 +8,7 @@ mod path;
 mod protobuf;
 mod query;
 mod reviews;
+mod scale;
 mod table;
 mod tokens;
 
@@ -174,6 +175,17 @@ async fn handle(
             headers,
             body,
             Subresource::Status,
+        ),
+        (Some(name), Some("scale")) if scale::supported(&target.rt) => scale::answer(
+            store,
+            &target.rt,
+            &target.version,
+            target.namespace.as_deref(),
+            name,
+            method,
+            &query,
+            headers,
+            &body,
         ),
         (Some(_), Some(_)) => Err(ApiError::no_such_resource()),
     }

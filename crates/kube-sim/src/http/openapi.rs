@@ -239,6 +239,7 @@ fn register_builtin(
 ) -> Option<String> {
     use k8s_openapi::api::admissionregistration::v1 as admission;
     use k8s_openapi::api::apps::v1 as apps;
+    use k8s_openapi::api::batch::v1 as batch;
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::events::v1 as events;
@@ -250,6 +251,7 @@ fn register_builtin(
         ("apps", "v1", "DaemonSet") => register::<apps::DaemonSet>(generator),
         ("apps", "v1", "StatefulSet") => register::<apps::StatefulSet>(generator),
         ("apps", "v1", "ReplicaSet") => register::<apps::ReplicaSet>(generator),
+        ("batch", "v1", "Job") => register::<batch::Job>(generator),
         ("rbac.authorization.k8s.io", "v1", "Role") => register::<rbac::Role>(generator),
         ("rbac.authorization.k8s.io", "v1", "RoleBinding") => {
             register::<rbac::RoleBinding>(generator)

@@ -2,13 +2,17 @@
 //! sends in protobuf: its generator commands (`kubectl create configmap`,
 //! `create secret`, `create namespace`, `create serviceaccount`, `create
 //! role`, `create clusterrole`, `create rolebinding`, `create
-//! clusterrolebinding`) encode the new object as `application/vnd.kubernetes.protobuf`, and client-go has no
-//! JSON fallback for protobuf. kube-sim answers in JSON, which kubectl accepts.
+//! clusterrolebinding`, `create deployment`, `create service …`, `create
+//! job`) encode the new object as `application/vnd.kubernetes.protobuf`,
+//! and client-go has no JSON fallback for protobuf. kube-sim answers in
+//! JSON, which kubectl accepts.
 //!
 //! Wire format: the magic `k8s\0`, then a `runtime.Unknown` message whose
 //! `raw` field holds the object message. Unsupported kinds get a 415.
 
-use base64::Engine;
+mod messages;
+mod schema;
+
 use serde_json::{Map, Value, json};
 
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -97,35 +101,10 @@ fn text(bytes: &[u8]) -> Result<String, String> {
     String::from_utf8(bytes.to_vec()).map_err(|_| "a string field is not UTF-8".to_string())
 }
 
-/// A `map<string, string|bytes>` entry: key = 1, value = 2.
-fn map_entry(bytes: &[u8], value_is_bytes: bool) -> Result<(String, Value), String> {
-    let mut key = String::new();
-    let mut value = Value::String(String::new());
-    for (number, field) in fields(bytes)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => key = text(b)?,
-            (2, Field::Bytes(b)) if value_is_bytes => {
-                value = Value::String(base64::engine::general_purpose::STANDARD.encode(b));
-            }
-            (2, Field::Bytes(b)) => value = Value::String(text(b)?),
-            _ => {}
-        }
-    }
-    Ok((key, value))
-}
-
-fn insert_map_entry(
-    obj: &mut Map<String, Value>,
-    name: &str,
-    bytes: &[u8],
-    is_bytes: bool,
-) -> Result<(), String> {
-    let (k, v) = map_entry(bytes, is_bytes)?;
-    let map = obj.entry(name).or_insert_with(|| Value::Object(Map::new()));
-    if let Some(map) = map.as_object_mut() {
-        map.insert(k, v);
-    }
-    Ok(())
+/// `ObjectMeta`: the fields a client may set on create; server-owned ones
+/// are accepted only empty.
+fn object_meta(bytes: &[u8]) -> Result<Value, String> {
+    schema::decode(&messages::OBJECT_META, bytes).map(Value::Object)
 }
 
 fn push(obj: &mut Map<String, Value>, name: &str, value: Value) {
@@ -133,108 +112,6 @@ fn push(obj: &mut Map<String, Value>, name: &str, value: Value) {
     if let Some(list) = list.as_array_mut() {
         list.push(value);
     }
-}
-
-fn owner_reference(bytes: &[u8]) -> Result<Value, String> {
-    let mut owner = Map::new();
-    for (number, field) in fields(bytes)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(owner.insert("kind".into(), text(b)?.into())),
-            (3, Field::Bytes(b)) => drop(owner.insert("name".into(), text(b)?.into())),
-            (4, Field::Bytes(b)) => drop(owner.insert("uid".into(), text(b)?.into())),
-            (5, Field::Bytes(b)) => drop(owner.insert("apiVersion".into(), text(b)?.into())),
-            (6, Field::Varint(v)) => drop(owner.insert("controller".into(), (v != 0).into())),
-            (7, Field::Varint(v)) => {
-                drop(owner.insert("blockOwnerDeletion".into(), (v != 0).into()))
-            }
-            _ => {}
-        }
-    }
-    Ok(Value::Object(owner))
-}
-
-/// `ObjectMeta`: the fields a client may set on create.
-fn object_meta(bytes: &[u8]) -> Result<Value, String> {
-    let mut meta = Map::new();
-    for (number, field) in fields(bytes)? {
-        match (number, field) {
-            // proto2 encoders emit empty optional strings; JSON omits them.
-            (_, Field::Bytes([])) if matches!(number, 1 | 2 | 3 | 6) => {}
-            (1, Field::Bytes(b)) => drop(meta.insert("name".into(), text(b)?.into())),
-            (2, Field::Bytes(b)) => drop(meta.insert("generateName".into(), text(b)?.into())),
-            (3, Field::Bytes(b)) => drop(meta.insert("namespace".into(), text(b)?.into())),
-            (6, Field::Bytes(b)) => drop(meta.insert("resourceVersion".into(), text(b)?.into())),
-            (11, Field::Bytes(b)) => insert_map_entry(&mut meta, "labels", b, false)?,
-            (12, Field::Bytes(b)) => insert_map_entry(&mut meta, "annotations", b, false)?,
-            (13, Field::Bytes(b)) => push(&mut meta, "ownerReferences", owner_reference(b)?),
-            (14, Field::Bytes(b)) => push(&mut meta, "finalizers", text(b)?.into()),
-            _ => {}
-        }
-    }
-    Ok(Value::Object(meta))
-}
-
-fn config_map(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => insert_map_entry(&mut obj, "data", b, false)?,
-            (3, Field::Bytes(b)) => insert_map_entry(&mut obj, "binaryData", b, true)?,
-            (4, Field::Varint(v)) => drop(obj.insert("immutable".into(), (v != 0).into())),
-            _ => {}
-        }
-    }
-    Ok(obj)
-}
-
-fn secret(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => insert_map_entry(&mut obj, "data", b, true)?,
-            (3, Field::Bytes(b)) => drop(obj.insert("type".into(), text(b)?.into())),
-            (4, Field::Bytes(b)) => insert_map_entry(&mut obj, "stringData", b, false)?,
-            (5, Field::Varint(v)) => drop(obj.insert("immutable".into(), (v != 0).into())),
-            _ => {}
-        }
-    }
-    Ok(obj)
-}
-
-fn namespace(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => {
-                let mut spec = Map::new();
-                for (n, f) in fields(b)? {
-                    if let (1, Field::Bytes(fin)) = (n, f) {
-                        push(&mut spec, "finalizers", text(fin)?.into());
-                    }
-                }
-                obj.insert("spec".into(), Value::Object(spec));
-            }
-            _ => {}
-        }
-    }
-    Ok(obj)
-}
-
-fn service_account(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (4, Field::Varint(v)) => {
-                drop(obj.insert("automountServiceAccountToken".into(), (v != 0).into()))
-            }
-            _ => {}
-        }
-    }
-    Ok(obj)
 }
 
 /// A message whose fields are all strings, `repeated` ones collected into
@@ -257,90 +134,6 @@ fn strings_message(bytes: &[u8], names: &[(&str, bool)]) -> Result<Value, String
         }
     }
     Ok(Value::Object(obj))
-}
-
-/// rbac/v1 `PolicyRule`.
-fn policy_rule(bytes: &[u8]) -> Result<Value, String> {
-    strings_message(
-        bytes,
-        &[
-            ("verbs", true),
-            ("apiGroups", true),
-            ("resources", true),
-            ("resourceNames", true),
-            ("nonResourceURLs", true),
-        ],
-    )
-}
-
-/// meta/v1 `LabelSelector`: matchLabels = 1, matchExpressions = 2.
-fn label_selector(bytes: &[u8]) -> Result<Value, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(bytes)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => insert_map_entry(&mut obj, "matchLabels", b, false)?,
-            (2, Field::Bytes(b)) => push(
-                &mut obj,
-                "matchExpressions",
-                strings_message(b, &[("key", false), ("operator", false), ("values", true)])?,
-            ),
-            _ => {}
-        }
-    }
-    Ok(Value::Object(obj))
-}
-
-/// rbac/v1 `Role` and `ClusterRole`: metadata = 1, rules = 2,
-/// aggregationRule = 3 (ClusterRole only).
-fn role(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => push(&mut obj, "rules", policy_rule(b)?),
-            (3, Field::Bytes(b)) => {
-                let mut rule = Map::new();
-                for (n, f) in fields(b)? {
-                    if let (1, Field::Bytes(selector)) = (n, f) {
-                        push(&mut rule, "clusterRoleSelectors", label_selector(selector)?);
-                    }
-                }
-                obj.insert("aggregationRule".into(), Value::Object(rule));
-            }
-            _ => {}
-        }
-    }
-    Ok(obj)
-}
-
-/// rbac/v1 `RoleBinding` and `ClusterRoleBinding`: metadata = 1,
-/// subjects = 2, roleRef = 3.
-fn role_binding(raw: &[u8]) -> Result<Map<String, Value>, String> {
-    let mut obj = Map::new();
-    for (number, field) in fields(raw)? {
-        match (number, field) {
-            (1, Field::Bytes(b)) => drop(obj.insert("metadata".into(), object_meta(b)?)),
-            (2, Field::Bytes(b)) => push(
-                &mut obj,
-                "subjects",
-                strings_message(
-                    b,
-                    &[
-                        ("kind", false),
-                        ("apiGroup", false),
-                        ("name", false),
-                        ("namespace", false),
-                    ],
-                )?,
-            ),
-            (3, Field::Bytes(b)) => drop(obj.insert(
-                "roleRef".into(),
-                strings_message(b, &[("apiGroup", false), ("kind", false), ("name", false)])?,
-            )),
-            _ => {}
-        }
-    }
-    Ok(obj)
 }
 
 const AUTHORIZATION_V1: &str = "authorization.k8s.io/v1";
@@ -420,16 +213,22 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
     }
     let raw = raw.ok_or("protobuf envelope without an object")?;
     let mut obj = match (api_version.as_str(), kind.as_str()) {
-        ("v1", "ConfigMap") => config_map(raw)?,
-        ("v1", "Secret") => secret(raw)?,
-        ("v1", "Namespace") => namespace(raw)?,
-        ("v1", "ServiceAccount") => service_account(raw)?,
-        (RBAC_V1, "Role" | "ClusterRole") => role(raw)?,
-        (RBAC_V1, "RoleBinding" | "ClusterRoleBinding") => role_binding(raw)?,
+        ("v1", "ConfigMap") => schema::decode(&messages::CONFIG_MAP, raw)?,
+        ("v1", "Secret") => schema::decode(&messages::SECRET, raw)?,
+        ("v1", "Namespace") => schema::decode(&messages::NAMESPACE, raw)?,
+        ("v1", "ServiceAccount") => schema::decode(&messages::SERVICE_ACCOUNT, raw)?,
+        (RBAC_V1, "Role") => schema::decode(&messages::ROLE, raw)?,
+        (RBAC_V1, "ClusterRole") => schema::decode(&messages::CLUSTER_ROLE, raw)?,
+        (RBAC_V1, "RoleBinding" | "ClusterRoleBinding") => {
+            schema::decode(&messages::ROLE_BINDING, raw)?
+        }
         (
             AUTHORIZATION_V1,
             "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview",
         ) => review(raw)?,
+        ("apps/v1", "Deployment") => schema::decode(&messages::DEPLOYMENT, raw)?,
+        ("v1", "Service") => schema::decode(&messages::SERVICE, raw)?,
+        ("batch/v1", "Job") => schema::decode(&messages::JOB, raw)?,
         (AUTHENTICATION_V1, "SelfSubjectReview") => {
             let mut obj = review(raw)?;
             obj.remove("spec");
@@ -437,7 +236,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         }
         _ => {
             return Err(format!(
-                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace and ServiceAccount, {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, and the access and self-subject reviews, not {api_version} {kind}; send JSON"
+                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace, ServiceAccount and Service, apps/v1 Deployment, batch/v1 Job, {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, and the access and self-subject reviews, not {api_version} {kind}; send JSON"
             ));
         }
     };
@@ -509,9 +308,12 @@ mod tests {
         let mut body = MAGIC.to_vec();
         let mut type_meta = Vec::new();
         bytes_field(1, b"apps/v1", &mut type_meta);
-        bytes_field(2, b"Deployment", &mut type_meta);
+        bytes_field(2, b"StatefulSet", &mut type_meta);
         bytes_field(1, &type_meta, &mut body);
         bytes_field(2, b"", &mut body);
-        assert!(decode(&body).unwrap_err().contains("Deployment"));
+        assert!(decode(&body).unwrap_err().contains("StatefulSet"));
     }
 }
+
+#[cfg(test)]
+mod vectors;

@@ -480,6 +480,51 @@ fn builtin_columns(group: &str, kind: &str) -> Vec<Column> {
             column("Count", "string", 1, Source::Builtin(event_count)),
             column("Name", "string", 1, Source::Name),
         ],
+        ("apps", "Deployment") => vec![
+            column("Name", "string", 0, Source::Name),
+            column("Ready", "string", 0, Source::Builtin(deployment_ready)),
+            column(
+                "Up-to-date",
+                "string",
+                0,
+                Source::Builtin(|o| count(o, "/status/updatedReplicas")),
+            ),
+            column(
+                "Available",
+                "string",
+                0,
+                Source::Builtin(|o| count(o, "/status/availableReplicas")),
+            ),
+            column("Age", "string", 0, Source::Age),
+        ],
+        ("apps", "ReplicaSet") => vec![
+            column("Name", "string", 0, Source::Name),
+            column(
+                "Desired",
+                "integer",
+                0,
+                Source::Builtin(|o| count(o, "/spec/replicas")),
+            ),
+            column(
+                "Current",
+                "integer",
+                0,
+                Source::Builtin(|o| count(o, "/status/replicas")),
+            ),
+            column(
+                "Ready",
+                "integer",
+                0,
+                Source::Builtin(|o| count(o, "/status/readyReplicas")),
+            ),
+            column("Age", "string", 0, Source::Age),
+        ],
+        ("batch", "Job") => vec![
+            column("Name", "string", 0, Source::Name),
+            column("Status", "string", 0, Source::Builtin(job_status)),
+            column("Completions", "string", 0, Source::Builtin(job_completions)),
+            column("Age", "string", 0, Source::Age),
+        ],
         ("", "Namespace") => vec![
             column("Name", "string", 0, Source::Name),
             column(
@@ -491,6 +536,63 @@ fn builtin_columns(group: &str, kind: &str) -> Vec<Column> {
             column("Age", "string", 0, Source::Age),
         ],
         _ => default_columns(),
+    }
+}
+
+fn count(obj: &Value, pointer: &str) -> Value {
+    Value::from(obj.pointer(pointer).and_then(Value::as_i64).unwrap_or(0))
+}
+
+/// `ready/desired`, as kubectl prints a Deployment.
+fn deployment_ready(obj: &Value) -> Value {
+    format!(
+        "{}/{}",
+        count(obj, "/status/readyReplicas"),
+        obj.pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+    )
+    .into()
+}
+
+/// The Job's state as kube-apiserver's printer names it.
+fn job_status(obj: &Value) -> Value {
+    let holds = |kind: &str| {
+        obj.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == kind && c["status"] == "True")
+            })
+    };
+    let state = if holds("Complete") {
+        "Complete"
+    } else if holds("Failed") {
+        "Failed"
+    } else if holds("FailureTarget") {
+        "FailureTarget"
+    } else if holds("SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else if obj.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) {
+        "Suspended"
+    } else {
+        "Running"
+    };
+    state.into()
+}
+
+/// `succeeded/completions` (`succeeded/1 of parallelism` without completions).
+fn job_completions(obj: &Value) -> Value {
+    let succeeded = count(obj, "/status/succeeded");
+    match obj.pointer("/spec/completions").and_then(Value::as_i64) {
+        Some(completions) => format!("{succeeded}/{completions}").into(),
+        None => format!(
+            "{succeeded}/1 of {}",
+            obj.pointer("/spec/parallelism")
+                .and_then(Value::as_i64)
+                .unwrap_or(1)
+        )
+        .into(),
     }
 }
 

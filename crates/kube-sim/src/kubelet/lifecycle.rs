@@ -45,12 +45,15 @@ fn per_container<'a>(
         .or_else(|| annotations.get(base).map(|v| (base.to_string(), v)))
 }
 
+/// `unannotated_run_for` is how long a container without a run-seconds
+/// annotation runs (None: until deleted).
 pub fn behaviour(
     annotations: &BTreeMap<String, String>,
     container: &str,
+    unannotated_run_for: Option<Duration>,
 ) -> Result<Behaviour, BadAnnotation> {
     let run_for = match per_container(annotations, RUN_SECONDS, container) {
-        None => None,
+        None => unannotated_run_for,
         Some((key, value)) => {
             let seconds: f64 = value.trim().parse().map_err(|_| BadAnnotation {
                 key: key.clone(),
@@ -498,20 +501,26 @@ mod tests {
             ("kube-sim.gpufleet.dev/run-seconds.worker", "0.5"),
         ]);
         assert_eq!(
-            behaviour(&a, "main").unwrap(),
+            behaviour(&a, "main", None).unwrap(),
             Behaviour {
                 run_for: Some(Duration::from_secs(2)),
                 exit_codes: vec![1]
             }
         );
         assert_eq!(
-            behaviour(&a, "worker").unwrap(),
+            behaviour(&a, "worker", None).unwrap(),
             Behaviour {
                 run_for: Some(Duration::from_millis(500)),
                 exit_codes: vec![3]
             }
         );
-        let none = behaviour(&BTreeMap::new(), "main").unwrap();
+        assert_eq!(
+            behaviour(&BTreeMap::new(), "main", Some(Duration::ZERO))
+                .unwrap()
+                .run_for,
+            Some(Duration::ZERO)
+        );
+        let none = behaviour(&BTreeMap::new(), "main", None).unwrap();
         assert_eq!(
             none,
             Behaviour {
@@ -519,10 +528,10 @@ mod tests {
                 exit_codes: vec![0]
             }
         );
-        assert!(behaviour(&annotations(&[(RUN_SECONDS, "soon")]), "main").is_err());
-        assert!(behaviour(&annotations(&[(EXIT_CODE, "1,x")]), "main").is_err());
+        assert!(behaviour(&annotations(&[(RUN_SECONDS, "soon")]), "main", None).is_err());
+        assert!(behaviour(&annotations(&[(EXIT_CODE, "1,x")]), "main", None).is_err());
         assert_eq!(
-            behaviour(&annotations(&[(EXIT_CODE, "1, 1, 0")]), "main")
+            behaviour(&annotations(&[(EXIT_CODE, "1, 1, 0")]), "main", None)
                 .unwrap()
                 .exit_codes,
             vec![1, 1, 0]

@@ -15,7 +15,7 @@
 
 pub(crate) mod binding;
 mod fit;
-mod informer;
+pub(crate) mod informer;
 mod ipam;
 mod lifecycle;
 mod node;
@@ -60,6 +60,9 @@ pub struct KubeletConfig {
     /// Pause before a container restarts (default 1 s; the real kubelet's
     /// CrashLoopBackOff starts at 10 s and doubles).
     pub restart_delay: Duration,
+    /// Runs the Deployment, ReplicaSet and Job controllers (default true;
+    /// only with the kubelet enabled).
+    pub workloads: bool,
 }
 
 impl Default for KubeletConfig {
@@ -70,6 +73,7 @@ impl Default for KubeletConfig {
             lease_duration_seconds: 40,
             stop_delay: Duration::from_millis(200),
             restart_delay: Duration::from_secs(1),
+            workloads: true,
         }
     }
 }
@@ -90,6 +94,9 @@ pub(crate) fn spawn(client: kube::Client, config: KubeletConfig, store: Arc<Stor
         return;
     }
     let shutdown = store.shutdown.clone();
+    if config.workloads {
+        crate::workloads::spawn(client.clone(), shutdown.clone());
+    }
     // One subscriber per loop and informer: each drains its own dirty keys.
     let scheduler_pods = Subscriber::new();
     let scheduler_nodes = Subscriber::new();

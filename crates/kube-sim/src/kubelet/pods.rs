@@ -85,6 +85,18 @@ struct Kubelet {
     due: HashMap<String, Timestamp>,
 }
 
+/// How long a container of a Job's pod runs without a run-seconds
+/// annotation: it completes at once, as KWOK's `pod-complete` stage (which
+/// the real-cluster lane uses) completes Job-owned pods, so `kubectl create
+/// job` (which cannot set annotations) finishes.
+const JOB_POD_RUN_TIME: Duration = Duration::ZERO;
+
+fn owned_by_job(pod: &Pod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|owner| {
+        owner.controller == Some(true) && owner.kind == "Job" && owner.api_version == "batch/v1"
+    })
+}
+
 fn containers(pod: &Pod, init: bool) -> Vec<(String, String)> {
     let spec = pod.spec.as_ref();
     let list = if init {
@@ -419,9 +431,11 @@ impl Kubelet {
             self.runs.insert(uid.clone(), run);
         }
         let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let unannotated_run_for = owned_by_job(pod).then_some(JOB_POD_RUN_TIME);
         let mut behaviours = BTreeMap::new();
         for (container, _) in containers(pod, false) {
-            let behaviour = lifecycle::behaviour(&annotations, &container).unwrap_or_else(|e| {
+            let behaviour = lifecycle::behaviour(&annotations, &container, unannotated_run_for)
+                .unwrap_or_else(|e| {
                 tracing::warn!(pod = %name, error = %e, "ignoring a malformed kube-sim annotation");
                 Behaviour {
                     run_for: None,

@@ -30,22 +30,34 @@ fn kubectl_path() -> PathBuf {
 }
 
 /// kubectl bound to one kube-sim through a private kubeconfig and cache dir.
-struct Kubectl {
+pub(crate) struct Kubectl {
     dir: tempfile::TempDir,
     binary: PathBuf,
+    kubeconfig: PathBuf,
 }
 
 impl Kubectl {
-    fn new(sim: &KubeSim) -> Self {
+    pub(crate) fn new(sim: &KubeSim) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("kubeconfig"), sim.kubeconfig()).unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
         Self {
             dir,
             binary: kubectl_path(),
+            kubeconfig,
         }
     }
 
-    fn file(&self, name: &str, content: &str) -> String {
+    /// kubectl for the cluster an existing kubeconfig file names.
+    pub(crate) fn for_kubeconfig(kubeconfig: &std::path::Path) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            binary: kubectl_path(),
+            kubeconfig: kubeconfig.to_path_buf(),
+        }
+    }
+
+    pub(crate) fn file(&self, name: &str, content: &str) -> String {
         let path = self.dir.path().join(name);
         std::fs::write(&path, content).unwrap();
         path.display().to_string()
@@ -54,7 +66,7 @@ impl Kubectl {
     fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.binary);
         cmd.arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"))
+            .arg(&self.kubeconfig)
             .arg("--cache-dir")
             .arg(self.dir.path().join("cache"))
             .args(args)
@@ -63,7 +75,7 @@ impl Kubectl {
         cmd
     }
 
-    async fn run(&self, args: &[&str]) -> Output {
+    pub(crate) async fn run(&self, args: &[&str]) -> Output {
         tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
             .await
             .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
@@ -71,7 +83,7 @@ impl Kubectl {
     }
 
     /// Runs kubectl and returns stdout, failing the test on a non-zero exit.
-    async fn ok(&self, args: &[&str]) -> String {
+    pub(crate) async fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args).await;
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
