@@ -14,6 +14,7 @@ mod kubectl_parity;
 mod kubelet;
 mod lifecycle;
 mod python_client;
+mod security;
 mod selectors;
 mod support;
 mod tokens;
