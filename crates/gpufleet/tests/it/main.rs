@@ -16,6 +16,7 @@ mod sandbox_fleet_view;
 mod sandbox_metrics;
 mod sim_data_dir;
 mod sim_exec_rules;
+mod sim_security;
 mod sim_serve;
 mod support;
 mod tfjob_run;
