@@ -14,6 +14,7 @@ mod kubectl_parity;
 mod kubelet;
 mod lifecycle;
 mod python_client;
+mod rbac_e2e;
 mod security;
 mod selectors;
 mod support;
