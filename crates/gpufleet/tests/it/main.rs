@@ -4,6 +4,7 @@ mod commands;
 mod deploy_kustomize;
 mod deploy_manifests;
 mod gpuid_quickstart;
+mod gpuid_rbac;
 mod gpuid_run;
 mod gpuid_switch;
 mod helm_e2e;
