@@ -160,7 +160,7 @@ pub fn request_attributes(method: &Method, uri: &Uri) -> Request {
     let segments: Vec<String> = path
         .trim_matches('/')
         .split('/')
-        .map(percent_decode)
+        .map(crate::http::path::percent_decode)
         .collect();
     let (group, rest) = match segments.first().map(String::as_str) {
         Some("api") if segments.len() >= 3 => (String::new(), &segments[2..]),
@@ -216,37 +216,27 @@ pub fn request_attributes(method: &Method, uri: &Uri) -> Request {
 /// `get`), and since Kubernetes 1.35 the upgrade also needs `create` on the
 /// subresource.
 pub fn also_required(request: &Request) -> Option<Request> {
-    match request {
-        Request::Resource {
-            verb,
-            group,
-            resource,
-            subresource,
-            name,
-            namespace,
-        } if verb == "get"
-            && group.is_empty()
-            && resource == "pods"
-            && ["exec", "attach", "portforward"].contains(&subresource.as_str()) =>
-        {
-            Some(Request::Resource {
-                verb: "create".into(),
-                group: group.clone(),
-                resource: resource.clone(),
-                subresource: subresource.clone(),
-                name: name.clone(),
-                namespace: namespace.clone(),
-            })
+    let Request::Resource {
+        verb,
+        group,
+        resource,
+        subresource,
+        ..
+    } = request
+    else {
+        return None;
+    };
+    let connects = verb == "get"
+        && group.is_empty()
+        && resource == "pods"
+        && ["exec", "attach", "portforward"].contains(&subresource.as_str());
+    connects.then(|| {
+        let mut create = request.clone();
+        if let Request::Resource { verb, .. } = &mut create {
+            *verb = "create".into();
         }
-        _ => None,
-    }
-}
-
-fn percent_decode(segment: &str) -> String {
-    form_urlencoded::parse(format!("s={}", segment.replace('+', "%2B")).as_bytes())
-        .next()
-        .map(|(_, value)| value.into_owned())
-        .unwrap_or_else(|| segment.to_string())
+        create
+    })
 }
 
 /// The sentence kube-apiserver's authorization filter puts after

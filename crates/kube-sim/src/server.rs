@@ -241,16 +241,21 @@ impl KubeSimBuilder {
                 let listener =
                     crate::tls::TlsListener::spawn(listener, config, shutdown.child_token())
                         .map_err(Error::LocalAddr)?;
-                tokio::spawn(async move {
-                    let result = axum::serve(listener, serve_app)
-                        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                        .await;
-                    if let Err(e) = result {
-                        tracing::warn!(error = %e, "kube-sim server stopped with an error");
-                    }
-                })
+                spawn_server(listener, serve_app, shutdown)
             }
-            None => Self::serve_plain(listener, serve_app, shutdown),
+            // Nagle's algorithm holds back the small frames of exec streams
+            // and watch events until the peer ACKs, and clients delay ACKs
+            // by up to 40 ms: kube-apiserver (Go) disables it on every
+            // connection, and so does kube-sim (the TLS listener too).
+            None => spawn_server(
+                listener.tap_io(|stream| {
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(error = %e, "cannot set TCP_NODELAY on a kube-sim connection");
+                    }
+                }),
+                serve_app,
+                shutdown,
+            ),
         };
         let client = kube::Client::new(app, self.default_namespace.clone());
         // exec + kubelet: the simulated kubelet and scheduler use the in-process client
@@ -268,30 +273,26 @@ impl KubeSimBuilder {
             certificates,
         })
     }
+}
 
-    fn serve_plain(
-        listener: TcpListener,
-        serve_app: axum::Router,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) -> JoinHandle<()> {
-        // Nagle's algorithm holds back the small frames of exec streams and
-        // watch events until the peer ACKs, and clients delay ACKs by up to
-        // 40 ms: kube-apiserver (Go) disables it on every connection, and so
-        // does kube-sim.
-        let listener = listener.tap_io(|stream| {
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY on a kube-sim connection");
-            }
-        });
-        tokio::spawn(async move {
-            let result = axum::serve(listener, serve_app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await;
-            if let Err(e) = result {
-                tracing::warn!(error = %e, "kube-sim server stopped with an error");
-            }
-        })
-    }
+/// Serves `app` on `listener` until `shutdown`, on its own task.
+fn spawn_server<L>(
+    listener: L,
+    app: axum::Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> JoinHandle<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        let result = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "kube-sim server stopped with an error");
+        }
+    })
 }
 
 /// A running kube-sim instance.

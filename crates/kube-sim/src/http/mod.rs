@@ -5,7 +5,7 @@ pub mod auth;
 pub mod discovery;
 pub mod faults;
 mod openapi;
-mod path;
+pub(crate) mod path;
 mod protobuf;
 mod query;
 mod reviews;
