@@ -78,7 +78,8 @@ pub enum GpuidCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
-    /// Serve kube-sim on 127.0.0.1 until SIGINT or SIGTERM.
+    /// Serve kube-sim on 127.0.0.1 until SIGINT or SIGTERM, by default over
+    /// HTTPS with a random admin token (both in the kubeconfig).
     Serve(ServeArgs),
     /// Replay the differential corpus against kube-sim and a real
     /// kube-apiserver and print the agreement table; exits 1 when any
