@@ -78,7 +78,8 @@ pub enum GpuidCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
-    /// Serve kube-sim on 127.0.0.1 until SIGINT or SIGTERM.
+    /// Serve kube-sim on 127.0.0.1 until SIGINT or SIGTERM, by default over
+    /// HTTPS with a random admin token (both in the kubeconfig).
     Serve(ServeArgs),
     /// Replay the differential corpus against kube-sim and a real
     /// kube-apiserver and print the agreement table; exits 1 when any
@@ -136,4 +137,29 @@ pub struct ServeArgs {
     /// else is refused.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Serve plain HTTP instead of HTTPS. The token is still required, but
+    /// kubectl and other client-go tools send a kubeconfig's token only
+    /// over HTTPS, so only kube-rs, the Python client and curl can use it.
+    #[arg(long)]
+    pub no_tls: bool,
+    /// Accept every request without a token, over plain HTTP, as kube-sim
+    /// did before it was secured (the Host check stays on). For tools that
+    /// can do neither TLS nor tokens; anyone on this machine can then use
+    /// the server.
+    #[arg(long, conflicts_with_all = ["no_tls", "authorization"])]
+    pub insecure_no_auth: bool,
+    /// How requests are authorized: `always-allow` (every authenticated
+    /// client may do everything) or `rbac` (ServiceAccount tokens from
+    /// TokenRequest get what the stored Roles and bindings grant, and the
+    /// real 403 otherwise; the kubeconfig's admin token stays allowed
+    /// everything).
+    #[arg(long, value_enum, default_value_t = AuthorizationMode::AlwaysAllow)]
+    pub authorization: AuthorizationMode,
+}
+
+/// `gpufleet sim serve --authorization`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    Rbac,
 }

@@ -9,7 +9,7 @@ use kube_sim::exec::ExecMatcher;
 use kube_sim::{ExecOutput, ExecRequest};
 use parking_lot::RwLock;
 
-use crate::cli::{DiffArgs, DiffOutput, ServeArgs};
+use crate::cli::{AuthorizationMode, DiffArgs, DiffOutput, ServeArgs};
 use crate::exec_rules::ExecRules;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -24,6 +24,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.data_dir {
         builder = builder.data_dir(dir);
     }
+    // Secure by default (docs/kube-sim.md, "Security defaults"): a random
+    // admin token in the kubeconfig and HTTPS with a generated CA, since
+    // kubectl sends a kubeconfig's token only over HTTPS.
+    if !args.insecure_no_auth {
+        builder = builder.require_token();
+        if !args.no_tls {
+            builder = builder.tls();
+        }
+    }
+    if args.authorization == AuthorizationMode::Rbac {
+        builder = builder.authorization(kube_sim::Authorization::Rbac);
+    }
     if let Some((path, rules)) = &rules {
         tracing::info!(file = %path.display(), rules = rules.read().len(), "exec rules loaded");
         let rules = Arc::clone(rules);
@@ -37,6 +49,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(
         url = %sim.url(),
         kubeconfig = %args.kubeconfig.display(),
+        token = if sim.token().is_some() { "required (in the kubeconfig)" } else { "none: every request is allowed" },
+        tls = sim.ca_pem().is_some(),
         "kube-sim is serving; use it with KUBECONFIG={}",
         args.kubeconfig.display()
     );
@@ -71,10 +85,32 @@ fn reload(path: &std::path::Path, rules: &RwLock<ExecRules>) {
 }
 
 /// Written to a temporary file first so a reader never sees half a file.
+/// The kubeconfig holds the admin token, so the file is created readable by
+/// its owner only (0600) before a byte is written: a file created with the
+/// umask's mode and narrowed afterwards would be readable in between.
 pub(crate) fn write_kubeconfig(path: &std::path::Path, yaml: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, yaml)
+    // A leftover from a crash may have another mode; `create_new` below
+    // only ever creates, so the mode given is the mode the file gets.
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("removing the stale {}", tmp.display()));
+        }
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("creating {} (mode 0600)", tmp.display()))?;
+    file.write_all(yaml.as_bytes())
+        .and_then(|()| file.sync_all())
         .with_context(|| format!("writing kubeconfig to {}", tmp.display()))?;
+    drop(file);
     std::fs::rename(&tmp, path).with_context(|| format!("moving kubeconfig to {}", path.display()))
 }
 

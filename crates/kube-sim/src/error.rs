@@ -229,6 +229,46 @@ impl ApiError {
         Self::new(403, "Forbidden", message)
     }
 
+    /// kube-apiserver's answer to a request whose credentials it cannot
+    /// authenticate (no token where one is needed, or a wrong one).
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// kube-apiserver's authorization denial (`NewForbidden`): the message
+    /// names the qualified resource (and the object, when there is one)
+    /// before the authorizer's sentence; `details` carries group, resource
+    /// and name. A non-resource request has no resource: `forbidden: ...`.
+    pub fn forbidden_request(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let message = match (resource.is_empty(), name.is_empty()) {
+            (true, _) => format!("forbidden: {why}"),
+            (false, true) => format!("{} is forbidden: {why}", Self::qualified(group, resource)),
+            (false, false) => format!(
+                "{} {name:?} is forbidden: {why}",
+                Self::qualified(group, resource)
+            ),
+        };
+        let mut error = Self::new(403, "Forbidden", message);
+        let mut details = serde_json::Map::new();
+        if !name.is_empty() {
+            details.insert("name".into(), json!(name));
+        }
+        if !group.is_empty() {
+            details.insert("group".into(), json!(group));
+        }
+        if !resource.is_empty() {
+            details.insert("kind".into(), json!(resource));
+        }
+        error.details = Some(Value::Object(details));
+        error
+    }
+
+    /// 421 Misdirected Request: the `Host` names a server kube-sim is not
+    /// (see `security::host_is_loopback`). Kubernetes has no reason for it.
+    pub fn misdirected(message: impl Into<String>) -> Self {
+        Self::new(421, "", message)
+    }
+
     /// The generic 404 for a path that names no known resource.
     pub fn no_such_resource() -> Self {
         Self::new(

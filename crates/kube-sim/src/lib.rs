@@ -35,18 +35,21 @@ mod patch;
 mod rbac;
 mod resources;
 pub mod schema;
+pub mod security;
 mod selector;
 mod server;
 mod store;
+pub mod tls;
 pub mod tokens;
 mod validate;
 mod workloads;
 
 pub use error::ApiError;
+pub use http::auth::Authorization;
 // faults: fault injection API (http/faults.rs)
 pub use http::faults::{Fault, FaultAction, FaultError, FaultStatus, Faults, Verb};
 pub use metrics::Metrics;
-pub use server::{Error, KubeSim, KubeSimBuilder, kubeconfig_yaml};
+pub use server::{Error, KubeSim, KubeSimBuilder, kubeconfig_for, kubeconfig_yaml};
 pub use store::{DATABASE_FILE, DataDirError, Stats};
 // exec + kubelet
 pub use exec::{ExecHandlers, ExecMatcher, ExecOutput, ExecRequest};

@@ -24,6 +24,8 @@ pub enum Error {
     LocalAddr(std::io::Error),
     #[error(transparent)]
     DataDir(#[from] crate::store::DataDirError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// Configures a kube-sim instance before it starts.
@@ -37,6 +39,10 @@ pub struct KubeSimBuilder {
     exec_handlers: crate::exec::ExecHandlers,
     kubelet: crate::kubelet::KubeletConfig,
     static_tokens: Vec<crate::tokens::StaticToken>,
+    // security defaults (docs/kube-sim.md): off for the embedded server
+    admin_token: Option<String>,
+    tls: bool,
+    authorization: crate::Authorization,
 }
 
 impl Default for KubeSimBuilder {
@@ -50,6 +56,9 @@ impl Default for KubeSimBuilder {
             exec_handlers: Default::default(),
             kubelet: Default::default(),
             static_tokens: Vec::new(),
+            admin_token: None,
+            tls: false,
+            authorization: crate::Authorization::AlwaysAllow,
         }
     }
 }
@@ -125,6 +134,43 @@ impl KubeSimBuilder {
         self
     }
 
+    /// Requires `token` as a bearer token on the loopback listener: without
+    /// it (or with a wrong one) a request is 401 Unauthorized, except a GET
+    /// of `/healthz`, `/livez`, `/readyz` or `/version`. `kubeconfig()` and
+    /// `http_client()` carry it; the in-process client needs none.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.admin_token = Some(token.into());
+        self
+    }
+
+    /// Like [`Self::bearer_token`] with a random token generated at start
+    /// (see [`KubeSim::token`]).
+    pub fn require_token(mut self) -> Self {
+        if self.admin_token.is_none() {
+            self.admin_token = Some(crate::security::generate_token());
+        }
+        self
+    }
+
+    /// Serves HTTPS with a CA and serving certificate generated at start
+    /// (for `localhost`, `127.0.0.1`, `::1`); the kubeconfig carries the CA.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// How authenticated loopback requests are authorized. `Rbac` enforces
+    /// the stored Roles and bindings for ServiceAccount and static tokens
+    /// (the admin token stays allowed everything) and turns on
+    /// [`Self::require_token`].
+    pub fn authorization(mut self, authorization: crate::Authorization) -> Self {
+        self.authorization = authorization;
+        if authorization == crate::Authorization::Rbac {
+            self = self.require_token();
+        }
+        self
+    }
+
     /// Starts serving on 127.0.0.1 and builds the in-process client.
     /// Must be called inside a Tokio runtime.
     pub async fn start(mut self) -> Result<KubeSim, Error> {
@@ -146,6 +192,17 @@ impl KubeSimBuilder {
                 &mut self.static_tokens,
             ))),
         };
+        let certificates = if self.tls {
+            Some(crate::tls::ServingCertificates::generate()?)
+        } else {
+            None
+        };
+        let admin_token: Option<Arc<str>> = self.admin_token.as_deref().map(Arc::from);
+        let guard = Arc::new(crate::http::auth::Guard {
+            app: state.clone(),
+            admin_token: admin_token.clone(),
+            authorization: self.authorization,
+        });
         let app = router(state.clone())
             // exec + kubelet: pods/exec and pods/binding routes
             .merge(crate::exec::endpoint::routes(
@@ -167,28 +224,43 @@ impl KubeSimBuilder {
         let local = listener.local_addr().map_err(Error::LocalAddr)?;
         *state.server_address.write() = local.to_string();
         let shutdown = store.shutdown.clone();
-        let serve_app = app.clone();
-        // Nagle's algorithm holds back the small frames of exec streams and
-        // watch events until the peer ACKs, and clients delay ACKs by up to
-        // 40 ms: kube-apiserver (Go) disables it on every connection, and so
-        // does kube-sim.
-        let listener = listener.tap_io(|stream| {
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY on a kube-sim connection");
+        // Only the listener is guarded (Host, token, RBAC): the in-process
+        // client is the test's own process.
+        let serve_app = app.clone().layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::http::auth::layer,
+        ));
+        let scheme = if certificates.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let server = match &certificates {
+            Some(certificates) => {
+                let config = certificates.server_config()?;
+                let listener =
+                    crate::tls::TlsListener::spawn(listener, config, shutdown.child_token())
+                        .map_err(Error::LocalAddr)?;
+                spawn_server(listener, serve_app, shutdown)
             }
-        });
-        let server = tokio::spawn(async move {
-            let result = axum::serve(listener, serve_app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await;
-            if let Err(e) = result {
-                tracing::warn!(error = %e, "kube-sim server stopped with an error");
-            }
-        });
+            // Nagle's algorithm holds back the small frames of exec streams
+            // and watch events until the peer ACKs, and clients delay ACKs
+            // by up to 40 ms: kube-apiserver (Go) disables it on every
+            // connection, and so does kube-sim (the TLS listener too).
+            None => spawn_server(
+                listener.tap_io(|stream| {
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(error = %e, "cannot set TCP_NODELAY on a kube-sim connection");
+                    }
+                }),
+                serve_app,
+                shutdown,
+            ),
+        };
         let client = kube::Client::new(app, self.default_namespace.clone());
         // exec + kubelet: the simulated kubelet and scheduler use the in-process client
         crate::kubelet::spawn(client.clone(), self.kubelet, store.clone());
-        tracing::debug!(url = %format!("http://{local}"), "kube-sim started");
+        tracing::debug!(url = %format!("{scheme}://{local}"), "kube-sim started");
         Ok(KubeSim {
             store,
             client,
@@ -197,8 +269,30 @@ impl KubeSimBuilder {
             faults,
             metrics,
             exec_handlers: self.exec_handlers,
+            admin_token,
+            certificates,
         })
     }
+}
+
+/// Serves `app` on `listener` until `shutdown`, on its own task.
+fn spawn_server<L>(
+    listener: L,
+    app: axum::Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> JoinHandle<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        let result = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "kube-sim server stopped with an error");
+        }
+    })
 }
 
 /// A running kube-sim instance.
@@ -211,6 +305,8 @@ pub struct KubeSim {
     metrics: Arc<crate::metrics::Metrics>,
     // exec + kubelet
     exec_handlers: crate::exec::ExecHandlers,
+    admin_token: Option<Arc<str>>,
+    certificates: Option<crate::tls::ServingCertificates>,
 }
 
 impl KubeSim {
@@ -224,27 +320,57 @@ impl KubeSim {
         self.client.clone()
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://` with [`KubeSimBuilder::tls`].
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.certificates.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The admin bearer token the loopback listener requires, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
+    }
+
+    /// The PEM of the CA that signed the serving certificate (with `tls`).
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.certificates.as_ref().map(|c| c.ca_pem.as_str())
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// A kubeconfig pointing at the loopback URL, for kubectl and other clients.
+    /// A kubeconfig pointing at the loopback URL, for kubectl and other
+    /// clients, with the admin token and the CA when the server has them.
+    /// It holds a credential: write it with owner-only permissions.
     pub fn kubeconfig(&self) -> String {
-        kubeconfig_yaml(&self.url())
+        kubeconfig_for(&self.url(), self.token(), self.ca_pem())
     }
 
-    /// A client that goes through the loopback socket, like an outside process.
+    /// A client that goes through the loopback socket, like an outside
+    /// process, with the admin token and trusting the CA.
     pub fn http_client(&self) -> Result<kube::Client, kube::Error> {
+        self.http_client_with_token(self.token())
+    }
+
+    /// Like [`Self::http_client`] but presenting `token` (a ServiceAccount's
+    /// from a TokenRequest, say), or none.
+    pub fn http_client_with_token(&self, token: Option<&str>) -> Result<kube::Client, kube::Error> {
         let uri = self
             .url()
             .parse()
             .map_err(|e: http::uri::InvalidUri| kube::Error::Service(Box::new(e)))?;
-        let config = kube::Config::new(uri);
+        let mut config = kube::Config::new(uri);
+        if let Some(certificates) = &self.certificates {
+            config.root_cert = Some(vec![certificates.ca_der.clone()]);
+        }
+        if let Some(token) = token {
+            config.auth_info.token = Some(secrecy::SecretString::from(token.to_string()));
+        }
         kube::Client::try_from(config)
     }
 
@@ -293,13 +419,34 @@ impl Drop for KubeSim {
 
 /// Kubeconfig YAML for a plain-HTTP server with no authentication.
 pub fn kubeconfig_yaml(url: &str) -> String {
+    kubeconfig_for(url, None, None)
+}
+
+/// Kubeconfig YAML for `url` with an optional bearer token and CA (PEM,
+/// written as `certificate-authority-data`).
+pub fn kubeconfig_for(url: &str, token: Option<&str>, ca_pem: Option<&str>) -> String {
+    use base64::Engine;
+    let authority = ca_pem
+        .map(|pem| {
+            format!(
+                "\n    certificate-authority-data: {}",
+                base64::engine::general_purpose::STANDARD.encode(pem)
+            )
+        })
+        .unwrap_or_default();
+    // Tokens kube-sim makes are hex; a caller's own is quoted as a YAML
+    // string so no character can break the document.
+    let user = match token {
+        Some(token) => format!("\n    token: {}", serde_json::Value::from(token)),
+        None => " {}".to_string(),
+    };
     format!(
         "apiVersion: v1
 kind: Config
 clusters:
 - name: kube-sim
   cluster:
-    server: {url}
+    server: {url}{authority}
 contexts:
 - name: kube-sim
   context:
@@ -309,7 +456,7 @@ contexts:
 current-context: kube-sim
 users:
 - name: kube-sim
-  user: {{}}
+  user:{user}
 "
     )
 }

@@ -147,7 +147,12 @@ pub(crate) fn terminate(child: &mut Child) -> std::process::ExitStatus {
 }
 
 pub(crate) async fn gpu_fleet(xml: String) -> KubeSim {
-    let sim = KubeSim::builder()
+    gpu_fleet_with(KubeSim::builder(), xml).await
+}
+
+/// [`gpu_fleet`] on a kube-sim configured by `builder` (TLS, RBAC, ...).
+pub(crate) async fn gpu_fleet_with(builder: kube_sim::KubeSimBuilder, xml: String) -> KubeSim {
+    let sim = builder
         .exec_handler(
             ExecMatcher::any()
                 .container(CONTAINER)

@@ -751,8 +751,24 @@ pub async fn list_faults(State(state): State<AppState>) -> Response {
     json_ok(StatusCode::OK, &body)
 }
 
-/// `POST /sim/faults` with a [`Fault`] as JSON.
-pub async fn add_fault(State(state): State<AppState>, body: Bytes) -> Response {
+/// `POST /sim/faults` with a [`Fault`] as JSON. Only `application/json`
+/// is accepted (415 otherwise): a browser can send a cross-origin POST
+/// without a preflight only as form data or `text/plain`, so a web page
+/// cannot inject faults even where no token is asked for.
+pub async fn add_fault(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let base = content_type.split(';').next().unwrap_or_default().trim();
+    if !base.eq_ignore_ascii_case("application/json") {
+        return crate::error::ApiError::unsupported_media_type(content_type, &["application/json"])
+            .into_response();
+    }
     let fault: Fault = match serde_json::from_slice(&body) {
         Ok(fault) => fault,
         Err(e) => {

@@ -1,10 +1,11 @@
 //! The HTTP face of kube-sim: one axum Router, usable in-process as a
 //! `kube::Client` service or served on a loopback port.
 
+pub mod auth;
 pub mod discovery;
 pub mod faults;
 mod openapi;
-mod path;
+pub(crate) mod path;
 mod protobuf;
 mod query;
 mod reviews;
@@ -102,13 +103,15 @@ async fn dispatch(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    caller: Option<axum::Extension<auth::Caller>>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let body = match body {
         Ok(body) => body,
         Err(rejection) => return body_rejection(&rejection).into_response(),
     };
-    match handle(&state, &method, &uri, &headers, body).await {
+    let caller = caller.map(|axum::Extension(auth::Caller(user))| user);
+    match handle(&state, &method, &uri, &headers, body, caller.as_ref()).await {
         // Table answers for kubectl get (table.rs)
         Ok(response) => table::convert(&state.store, &method, &uri, &headers, response).await,
         Err(err) => err.into_response(),
@@ -133,9 +136,10 @@ async fn handle(
     uri: &Uri,
     headers: &HeaderMap,
     body: Bytes,
+    caller: Option<&crate::rbac::UserInfo>,
 ) -> Result<Response, ApiError> {
     let store = &state.store;
-    if let Some(answer) = reviews::answer(store, method, uri.path(), headers, &body) {
+    if let Some(answer) = reviews::answer(store, method, uri.path(), headers, &body, caller) {
         return answer;
     }
     if let Some(answer) = tokens::answer(store, &state.tokens, method, uri.path(), headers, &body) {

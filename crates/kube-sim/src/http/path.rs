@@ -36,7 +36,7 @@ pub struct Target {
 
 /// `%XX` escapes decoded; a malformed escape or a result that is not UTF-8
 /// leaves the segment as it was (it then names nothing and gets a 404).
-fn percent_decode(segment: &str) -> String {
+pub(crate) fn percent_decode(segment: &str) -> String {
     if !segment.contains('%') {
         return segment.to_owned();
     }

@@ -43,18 +43,21 @@ fn review_at(path: &str) -> Option<Review> {
 }
 
 /// Answers a review request, or `None` when the path is not a review's.
+/// `authenticated` is the caller the loopback guard established (auth.rs);
+/// without one the impersonation headers or the admin speak.
 pub fn answer(
     store: &Store,
     method: &Method,
     path: &str,
     headers: &HeaderMap,
     body: &[u8],
+    authenticated: Option<&UserInfo>,
 ) -> Option<Result<Response, ApiError>> {
     let review = review_at(path)?;
     if *method != Method::POST {
         return Some(Err(ApiError::method_not_allowed()));
     }
-    Some(respond(store, review, headers, body))
+    Some(respond(store, review, headers, body, authenticated))
 }
 
 fn respond(
@@ -62,10 +65,11 @@ fn respond(
     review: Review,
     headers: &HeaderMap,
     body: &[u8],
+    authenticated: Option<&UserInfo>,
 ) -> Result<Response, ApiError> {
     // kubectl sends reviews as protobuf.
     let mut doc = super::request_object(headers, body)?;
-    let caller = caller(headers);
+    let caller = authenticated.cloned().unwrap_or_else(|| caller(headers));
     if let Review::SelfSubject = review {
         doc["status"] = json!({"userInfo": {"username": caller.username, "groups": caller.groups}});
         return Ok(super::json_response(StatusCode::CREATED, &doc));
@@ -140,15 +144,14 @@ fn request_of(spec: &Value) -> Result<Request, ApiError> {
 
 /// The user a request speaks for: the impersonated one, or kube-sim's admin.
 fn caller(headers: &HeaderMap) -> UserInfo {
-    let Some(user) = headers
+    impersonated(headers).unwrap_or_else(super::auth::admin)
+}
+
+/// The user `Impersonate-User` (and `Impersonate-Group`) name, if any.
+pub(super) fn impersonated(headers: &HeaderMap) -> Option<UserInfo> {
+    let user = headers
         .get("impersonate-user")
-        .and_then(|v| v.to_str().ok())
-    else {
-        return UserInfo {
-            username: "system:admin".into(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-        };
-    };
+        .and_then(|v| v.to_str().ok())?;
     let mut groups: Vec<String> = headers
         .get_all("impersonate-group")
         .iter()
@@ -159,16 +162,16 @@ fn caller(headers: &HeaderMap) -> UserInfo {
         && let Some((namespace, name)) = rest.split_once(':')
         && groups.is_empty()
     {
-        return UserInfo::service_account(namespace, name);
+        return Some(UserInfo::service_account(namespace, name));
     }
     groups.push("system:authenticated".into());
-    UserInfo {
+    Some(UserInfo {
         username: user.to_string(),
         groups,
-    }
+    })
 }
 
-fn policy(store: &Store) -> Policy {
+pub(super) fn policy(store: &Store) -> Policy {
     let objects = |plural: &str| -> Vec<Value> {
         store
             .resolve("rbac.authorization.k8s.io", "v1", plural)

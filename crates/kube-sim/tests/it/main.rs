@@ -15,6 +15,8 @@ mod kubectl_workloads;
 mod kubelet;
 mod lifecycle;
 mod python_client;
+mod rbac_e2e;
+mod security;
 mod selectors;
 mod support;
 mod tokens;

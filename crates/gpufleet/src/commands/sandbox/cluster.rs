@@ -8,10 +8,16 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::PostParams;
 
-/// Starts kube-sim on `127.0.0.1:port` (0: any free port) with the kubelet on.
+/// Starts kube-sim on `127.0.0.1:port` (0: any free port) with the kubelet
+/// on, secured as `gpufleet sim serve` is by default: HTTPS with a generated
+/// CA and a random admin token, both in the kubeconfig the sandbox writes
+/// for its user (kubectl sends a token only over HTTPS). The sandbox's own
+/// controllers use the in-process client or `http_client()`, which carry them.
 pub async fn start(port: u16) -> anyhow::Result<kube_sim::KubeSim> {
     kube_sim::KubeSim::builder()
         .port(port)
+        .tls()
+        .require_token()
         .kubelet(kube_sim::KubeletConfig {
             // Pods start and stop quickly so a demo job finishes in seconds.
             stop_delay: Duration::from_millis(100),
