@@ -331,7 +331,12 @@ fn acknowledge(context: &Context, queues: &Queues, binding: &ExactBinding) {
         }
     }
     context.set_outcome(binding, OutcomeState::Cleaned, "Cleaned");
-    queues.inventory(&binding.inventory_name);
+    // The rack's group reconcile clears the slot (or retires the rack).
+    queues.group(crate::allocate::GroupKey::new(
+        &binding.inventory_name,
+        &binding.inventory_uid,
+        &binding.group,
+    ));
     queues.rack_status(&binding.rack_name);
     queues.inventory_status(&binding.inventory_name);
 }
