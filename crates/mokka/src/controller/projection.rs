@@ -248,11 +248,13 @@ fn current_bindings(context: &Context, name: &str) -> Vec<ExactBinding> {
         if !inventory_live {
             continue;
         }
-        for binding in ExactBinding::all_of(&rack) {
-            if binding.node.name == name
-                && !book.is_requested(&binding)
-                && !book.acknowledged.contains(&binding)
-            {
+        let slots = rack
+            .spec
+            .nodes
+            .iter()
+            .filter(|slot| slot.node_ref.as_ref().is_some_and(|node| node.name == name));
+        for binding in slots.filter_map(|slot| ExactBinding::of(&rack, slot.index)) {
+            if !book.is_requested(&binding) && !book.acknowledged.contains(&binding) {
                 bindings.push(binding);
             }
         }

@@ -74,6 +74,9 @@ impl CleanupBook {
     }
 }
 
+/// (rack resourceVersion, Node resourceVersion) and whether the slot was projected then.
+pub(crate) type ProjectedAt = ((String, String), bool);
+
 /// The cluster plan and the allocation revision it was computed at.
 type CachedPlan = ((u64, u64), Arc<ClusterPlan>);
 
@@ -102,6 +105,9 @@ pub(crate) struct Context {
     /// Desired rack name → the inventory that claims it.
     pub claims: Mutex<HashMap<String, String>>,
     inventory_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Whether a slot's Node carries its projection, per (rack, Node)
+    /// resourceVersion pair (status reads it for every binding).
+    pub projected_memo: Mutex<HashMap<(String, i32), ProjectedAt>>,
     /// Rack status writes not yet seen in the cache (name → written status).
     pub pending_rack_status: Mutex<HashMap<String, SGPURackStatus>>,
     /// Counts changes of the read API's inputs (racks, inventories,
@@ -144,6 +150,7 @@ impl Context {
             results: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             inventory_locks: Mutex::new(HashMap::new()),
+            projected_memo: Mutex::new(HashMap::new()),
             pending_rack_status: Mutex::new(HashMap::new()),
             changes: tokio::sync::watch::Sender::new(0),
         }
@@ -237,6 +244,9 @@ impl Context {
     /// Drops outcomes of a rack that is gone.
     pub fn forget_rack(&self, rack_name: &str) {
         self.outcomes
+            .lock()
+            .retain(|(name, _), _| name != rack_name);
+        self.projected_memo
             .lock()
             .retain(|(name, _), _| name != rack_name);
         self.pending_rack_status.lock().remove(rack_name);

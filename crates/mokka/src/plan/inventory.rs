@@ -373,7 +373,12 @@ pub struct ExactBinding {
 impl ExactBinding {
     /// The binding of `rack`'s slot `node_index`, if bound.
     pub fn of(rack: &SGPURack, node_index: i32) -> Option<ExactBinding> {
-        let node = rack.spec.node_by_index(node_index)?;
+        // Slots are stored in index order, so the position usually is the index.
+        let node = usize::try_from(node_index)
+            .ok()
+            .and_then(|position| rack.spec.nodes.get(position))
+            .filter(|slot| slot.index == node_index)
+            .or_else(|| rack.spec.node_by_index(node_index))?;
         let node_ref = node.node_ref.clone()?;
         Some(ExactBinding {
             inventory_name: rack.spec.inventory_ref.name.clone(),
