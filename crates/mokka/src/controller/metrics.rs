@@ -22,6 +22,12 @@ pub struct Metrics {
     pub projection_conflicts: Counter,
     pub rack_writes: Family<Labels, Counter>,
     pub node_patches: Counter,
+    /// Racks a reconcile rendered and compared, per scope (`inventory`,
+    /// `group`).
+    pub racks_visited: Family<Labels, Counter>,
+    /// Cluster-plan allocations, per `kind`: `incremental` (the kept
+    /// `Allocator` fed the changes) or `rebuild` (built from the whole input).
+    pub allocation_updates: Family<Labels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -42,6 +48,8 @@ impl Metrics {
             projection_conflicts: Counter::default(),
             rack_writes: Family::default(),
             node_patches: Counter::default(),
+            racks_visited: Family::default(),
+            allocation_updates: Family::default(),
         };
         let mut r = registry.write();
         r.register(
@@ -94,6 +102,16 @@ impl Metrics {
             "Node projection applies",
             metrics.node_patches.clone(),
         );
+        r.register(
+            "mokka_racks_visited",
+            "Racks rendered and compared by rack reconciles, per scope (inventory or group)",
+            metrics.racks_visited.clone(),
+        );
+        r.register(
+            "mokka_allocation_updates",
+            "Cluster-plan allocations, incremental or rebuilt from the whole input",
+            metrics.allocation_updates.clone(),
+        );
         metrics
     }
 
@@ -116,6 +134,34 @@ impl Metrics {
         self.rack_writes
             .get_or_create(&Self::label("verb", verb))
             .inc();
+    }
+
+    pub(crate) fn allocation_update(&self, rebuilt: bool) {
+        let kind = if rebuilt { "rebuild" } else { "incremental" };
+        self.allocation_updates
+            .get_or_create(&Self::label("kind", kind))
+            .inc();
+    }
+
+    /// Cluster-plan allocations of one kind (`incremental`, `rebuild`).
+    pub fn allocation_updates_of(&self, kind: &str) -> u64 {
+        self.allocation_updates
+            .get_or_create(&Self::label("kind", kind))
+            .get()
+    }
+
+    pub(crate) fn racks_visited(&self, scope: &str, racks: usize) {
+        self.racks_visited
+            .get_or_create(&Self::label("scope", scope))
+            .inc_by(racks as u64);
+    }
+
+    /// Racks rendered and compared by reconciles of one scope (`inventory`
+    /// or `group`), for tests and benchmarks.
+    pub fn racks_visited_in(&self, scope: &str) -> u64 {
+        self.racks_visited
+            .get_or_create(&Self::label("scope", scope))
+            .get()
     }
 
     /// Rack writes of one verb (`create`, `update`, `delete`).

@@ -12,6 +12,7 @@
 //! Decisions are made by the pure `plan` module; this module reads caches,
 //! asks the planner and writes.
 
+mod allocation;
 mod metrics;
 pub mod node_api;
 pub mod nodes;
@@ -46,6 +47,7 @@ pub use policies::EvaluationResult;
 pub use read::{AssignmentSnapshot, GpuRuntime, ReadApi, ReadError};
 pub use state::{Outcome, OutcomeState};
 
+use crate::allocate::GroupKey;
 use crate::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy};
 use crate::plan::options::{Options, OptionsError};
 use nodes::{LiveNodes, node_selector, transform_node};
@@ -92,6 +94,8 @@ pub(crate) enum StatusKey {
 /// The queues of one leadership term.
 pub(crate) struct Queues {
     pub inventories: WorkQueue<String>,
+    /// Single-group reconciles, keyed (inventory name, inventory UID, group).
+    pub groups: WorkQueue<GroupKey>,
     pub projections: WorkQueue<String>,
     pub status_queue: WorkQueue<StatusKey>,
     pub status: Coalescer<StatusKey>,
@@ -100,6 +104,9 @@ pub(crate) struct Queues {
 impl Queues {
     pub fn inventory(&self, name: &str) {
         self.inventories.add(name.to_string());
+    }
+    pub fn group(&self, key: GroupKey) {
+        self.groups.add(key);
     }
     pub fn project(&self, node: &str) {
         self.projections.add(node.to_string());
@@ -116,9 +123,12 @@ impl Queues {
             .status
             .dirty(StatusKey::RuntimePolicies(inventory.to_string()));
     }
-    /// Keys waiting in the three queues (a standby's are always zero).
+    /// Keys waiting in the four queues (a standby's are always zero).
     pub fn depth(&self) -> usize {
-        self.inventories.len() + self.projections.len() + self.status_queue.len()
+        self.inventories.len()
+            + self.groups.len()
+            + self.projections.len()
+            + self.status_queue.len()
     }
 }
 
@@ -376,6 +386,7 @@ impl MokkaController {
         };
         let queues = Arc::new(Queues {
             inventories: build_queue("inventories", &self.queue_metrics),
+            groups: build_queue("groups", &self.queue_metrics),
             projections: build_queue("projections", &self.queue_metrics),
             status_queue,
             status: coalescer,
@@ -397,6 +408,23 @@ impl MokkaController {
                         let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
                         Box::pin(async move {
                             racks::reconcile_inventory(&context, &queues, &key, &cancel).await
+                        })
+                    }
+                },
+                &context.metrics,
+            );
+            spawn_worker(
+                &mut workers,
+                "groups",
+                queues.groups.clone(),
+                None,
+                &cancel,
+                {
+                    let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
+                    move |key: GroupKey, cancel| -> BoxFuture<'static, Result<(), BoxError>> {
+                        let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
+                        Box::pin(async move {
+                            racks::reconcile_group(&context, &queues, &key, &cancel).await
                         })
                     }
                 },
@@ -449,6 +477,7 @@ impl MokkaController {
         }
         queues.status.shutdown();
         queues.inventories.shut_down();
+        queues.groups.shut_down();
         queues.projections.shut_down();
         queues.status_queue.shut_down();
         while let Some(result) = workers.join_next().await {

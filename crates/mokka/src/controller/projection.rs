@@ -248,11 +248,13 @@ fn current_bindings(context: &Context, name: &str) -> Vec<ExactBinding> {
         if !inventory_live {
             continue;
         }
-        for binding in ExactBinding::all_of(&rack) {
-            if binding.node.name == name
-                && !book.is_requested(&binding)
-                && !book.acknowledged.contains(&binding)
-            {
+        let slots = rack
+            .spec
+            .nodes
+            .iter()
+            .filter(|slot| slot.node_ref.as_ref().is_some_and(|node| node.name == name));
+        for binding in slots.filter_map(|slot| ExactBinding::of(&rack, slot.index)) {
+            if !book.is_requested(&binding) && !book.acknowledged.contains(&binding) {
                 bindings.push(binding);
             }
         }
@@ -331,7 +333,12 @@ fn acknowledge(context: &Context, queues: &Queues, binding: &ExactBinding) {
         }
     }
     context.set_outcome(binding, OutcomeState::Cleaned, "Cleaned");
-    queues.inventory(&binding.inventory_name);
+    // The rack's group reconcile clears the slot (or retires the rack).
+    queues.group(crate::allocate::GroupKey::new(
+        &binding.inventory_name,
+        &binding.inventory_uid,
+        &binding.group,
+    ));
     queues.rack_status(&binding.rack_name);
     queues.inventory_status(&binding.inventory_name);
 }

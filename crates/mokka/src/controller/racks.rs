@@ -17,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::state::{Context, RackResult};
 use super::{BoxError, INDEX_INVENTORY_UID, Queues};
+use crate::allocate::GroupKey;
 use crate::api::{API_VERSION, SGPUInventory, SGPURack};
 use crate::plan::inventory::{
-    ExactBinding, IssueKind, OwnershipConflict, ProfileIssue, RackPlanInput, RackWrite,
+    ExactBinding, IssueKind, OwnershipConflict, PlanScope, ProfileIssue, RackPlanInput, RackWrite,
     plan_inventory,
 };
 use crate::plan::projection::FIELD_MANAGER;
@@ -88,10 +89,42 @@ pub(crate) fn spec_exclusively_ours(rack: &SGPURack) -> bool {
     })
 }
 
+/// The full inventory reconcile (the inventories queue).
 pub(crate) async fn reconcile_inventory(
     context: &Arc<Context>,
     queues: &Arc<Queues>,
     name: &str,
+    cancel: &CancellationToken,
+) -> Result<(), BoxError> {
+    reconcile(context, queues, name, None, &PlanScope::Inventory, cancel).await
+}
+
+/// The single-group reconcile (the groups queue): Node and binding changes
+/// of one rack group. It indexes the allocation's bindings once and renders
+/// and writes only the racks whose bindings changed.
+pub(crate) async fn reconcile_group(
+    context: &Arc<Context>,
+    queues: &Arc<Queues>,
+    key: &GroupKey,
+    cancel: &CancellationToken,
+) -> Result<(), BoxError> {
+    reconcile(
+        context,
+        queues,
+        &key.inventory_name,
+        Some(&key.inventory_uid),
+        &PlanScope::Group(key.group.clone()),
+        cancel,
+    )
+    .await
+}
+
+async fn reconcile(
+    context: &Arc<Context>,
+    queues: &Arc<Queues>,
+    name: &str,
+    expected_uid: Option<&str>,
+    scope: &PlanScope,
     cancel: &CancellationToken,
 ) -> Result<(), BoxError> {
     let lock = context.inventory_lock(name);
@@ -99,17 +132,25 @@ pub(crate) async fn reconcile_inventory(
     if cancel.is_cancelled() {
         return Ok(());
     }
+    let full = *scope == PlanScope::Inventory;
     let Some(inventory) = context.inventories.get(name) else {
-        context.results.lock().remove(name);
+        if full {
+            context.results.lock().remove(name);
+        }
         return Ok(());
     };
     let uid = inventory.metadata.uid.clone().unwrap_or_default();
+    if expected_uid.is_some_and(|expected| expected != uid) {
+        // The group belonged to an earlier instance of this name.
+        return Ok(());
+    }
     let cluster = context.cluster_plan();
     let owned: Vec<Arc<SGPURack>> = context
         .racks
         .by_index(INDEX_INVENTORY_UID, &uid)
         .into_iter()
         .filter(|rack| is_owned_by(rack, name, &uid))
+        .filter(|rack| scope.covers(&rack.spec.identity.rack_group))
         .collect();
     let racks = context.racks.clone();
     let rack_named = move |rack: &str| racks.get(rack);
@@ -120,10 +161,18 @@ pub(crate) async fn reconcile_inventory(
         rack_named: &rack_named,
         owned,
         acknowledged: &acknowledged,
+        scope: scope.clone(),
     });
+    context
+        .metrics
+        .racks_visited(scope_label(scope), plan.visited);
+    if plan.needs_full_reconcile {
+        queues.inventory(name);
+        return Ok(());
+    }
 
     // Claims let a foreign rack's events reach the inventory that wants the name.
-    if let Some(resolution) = cluster.resolution(name, &uid) {
+    if full && let Some(resolution) = cluster.resolution(name, &uid) {
         let mut claims = context.claims.lock();
         claims.retain(|_, claimant| claimant != name);
         for group in &resolution.groups {
@@ -146,7 +195,11 @@ pub(crate) async fn reconcile_inventory(
             RackWrite::Create(_) => Vec::new(),
         })
         .collect();
-    for node in context.update_cleanups(&uid, &plan.cleanups, &releasing) {
+    let group = match scope {
+        PlanScope::Inventory => None,
+        PlanScope::Group(group) => Some(group.as_str()),
+    };
+    for node in context.update_cleanups(&uid, group, &plan.cleanups, &releasing) {
         queues.project(&node);
     }
 
@@ -170,6 +223,14 @@ pub(crate) async fn reconcile_inventory(
                 }
             }
         }
+    }
+    if !full {
+        if !plan.conflicts.is_empty() || !plan.issues.is_empty() {
+            // Conflicts and issues are the full reconcile's to report.
+            queues.inventory(name);
+        }
+        queues.inventory_status(name);
+        return outcome;
     }
     if outcome.is_ok() && plan.release_finalizer {
         outcome = release_inventory_finalizer(context, &inventory)
@@ -223,6 +284,13 @@ pub(crate) async fn reconcile_inventory(
     );
     queues.inventory_status(name);
     outcome
+}
+
+fn scope_label(scope: &PlanScope) -> &'static str {
+    match scope {
+        PlanScope::Inventory => "inventory",
+        PlanScope::Group(_) => "group",
+    }
 }
 
 enum WriteFailure {

@@ -15,9 +15,11 @@ use parking_lot::Mutex;
 
 use super::state::Context;
 use super::{INDEX_NODE_NAME, Queues};
+use crate::allocate::GroupKey;
 use crate::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy};
 use crate::plan::catalog::CatalogNode;
-use crate::plan::rack::controller_owner;
+use crate::plan::rack::{controller_owner, owner_matches_inventory_ref};
+use crate::selector::PlacementSelector;
 
 /// What makes an object's change relevant to planning: identity,
 /// generation (spec), deletion, finalizers and owners. Status-only writes
@@ -113,9 +115,20 @@ pub(crate) fn attach_process_handlers(context: &Arc<Context>) {
         }));
     let on_rack = bump(context);
     let weak = Arc::downgrade(context);
+    // A rack's status-only write (ours, once per projection progress step)
+    // changes nothing the allocation reads; bumping the topology for it
+    // would recompute the cluster plan thousands of times at scale.
+    let seen_racks = Seen::default();
     context
         .racks
         .attach(Arc::new(move |event: &ObjectEvent<SGPURack>| {
+            if !seen_racks.changed(event) {
+                return;
+            }
+            if let Some(context) = weak.upgrade() {
+                let name = event.object().metadata.name.as_deref().unwrap_or_default();
+                context.allocation.lock().rack_changed(name);
+            }
             on_rack();
             if let (ObjectEvent::Deleted(rack), Some(context)) = (event, weak.upgrade()) {
                 context.forget_rack(rack.metadata.name.as_deref().unwrap_or_default());
@@ -139,6 +152,78 @@ pub(crate) fn attach_process_handlers(context: &Arc<Context>) {
                 context.inputs_changed();
             }
         }));
+}
+
+/// A rack's spec without its bindings, plus its owners: what only a full
+/// inventory reconcile repairs when it changes.
+fn template_fingerprint(rack: &SGPURack) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&rack.spec.without_bindings())
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    for owner in rack.metadata.owner_references.iter().flatten() {
+        (&owner.uid, &owner.name, &owner.kind, owner.controller).hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// Compiled placement selectors per inventory generation, so routing a
+/// Node event costs one match per group and no compile.
+#[derive(Default)]
+struct GroupSelectors(Mutex<HashMap<String, CompiledGroups>>);
+
+/// (inventory generation, each group's ID and compiled selector; an
+/// invalid selector matches nothing).
+type CompiledGroups = (Option<i64>, Arc<Vec<(String, Option<PlacementSelector>)>>);
+
+impl GroupSelectors {
+    /// The groups of `inventory` whose selector matches any of `labels`.
+    fn matching(
+        &self,
+        inventory: &SGPUInventory,
+        records: &[Option<&CatalogNode>],
+    ) -> Vec<GroupKey> {
+        let name = inventory.metadata.name.clone().unwrap_or_default();
+        let uid = inventory.metadata.uid.clone().unwrap_or_default();
+        let generation = inventory.metadata.generation;
+        let compiled = {
+            let mut cache = self.0.lock();
+            match cache.get(&uid) {
+                Some((at, compiled)) if *at == generation => Arc::clone(compiled),
+                _ => {
+                    let compiled: Arc<Vec<(String, Option<PlacementSelector>)>> = Arc::new(
+                        inventory
+                            .spec
+                            .rack_groups
+                            .iter()
+                            .map(|group| {
+                                let selector = group
+                                    .placement
+                                    .as_ref()
+                                    .and_then(|placement| placement.node_selector.as_ref());
+                                (group.id.clone(), PlacementSelector::compile(selector).ok())
+                            })
+                            .collect(),
+                    );
+                    cache.insert(uid.clone(), (generation, Arc::clone(&compiled)));
+                    compiled
+                }
+            }
+        };
+        compiled
+            .iter()
+            .filter(|(_, selector)| {
+                selector.as_ref().is_some_and(|selector| {
+                    records
+                        .iter()
+                        .flatten()
+                        .any(|record| selector.matches(&record.input.labels))
+                })
+            })
+            .map(|(group, _)| GroupKey::new(&name, &uid, group))
+            .collect()
+    }
 }
 
 /// A detach function per attached handler, in attachment order.
@@ -251,6 +336,8 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
     {
         let queues = Arc::clone(queues);
         let weak = Arc::downgrade(context);
+        let seen = Seen::default();
+        let templates: Mutex<HashMap<String, u64>> = Mutex::new(HashMap::new());
         let id = context
             .racks
             .attach(Arc::new(move |event: &ObjectEvent<SGPURack>| {
@@ -259,18 +346,55 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
                 };
                 let rack = event.object();
                 let name = rack.metadata.name.clone().unwrap_or_default();
-                let mut inventories = vec![rack.spec.inventory_ref.name.clone()];
-                if let Some(owner) = controller_owner(rack) {
-                    inventories.push(owner.name.clone());
+                // Upstream 3.13: a status-only update only observes the
+                // status (the pending-write guard) and refreshes statuses.
+                if !seen.changed(event) {
+                    if let ObjectEvent::Applied(_) = event {
+                        observe_rack_status(&context, rack);
+                        queues.rack_status(&name);
+                        queues.inventory_status(&rack.spec.inventory_ref.name);
+                    }
+                    return;
                 }
-                if let Some(claimant) = context.claims.lock().get(&name) {
-                    inventories.push(claimant.clone());
-                }
-                inventories.sort();
-                inventories.dedup();
-                for inventory in inventories.iter().filter(|name| !name.is_empty()) {
-                    queues.inventory(inventory);
-                    queues.inventory_status(inventory);
+                // Upstream 3.13: a change of bindings only (our own writes,
+                // mostly) is the rack group's work; a new rack, a changed
+                // template or owner, a deletion or a foreign rack wake the
+                // full reconcile of every inventory involved (a new rack
+                // too: that reconcile's count of missing racks feeds status;
+                // the inventory queue folds a burst of creates into one).
+                let template = template_fingerprint(rack);
+                let previous = {
+                    let mut templates = templates.lock();
+                    match event {
+                        ObjectEvent::Applied(_) => templates.insert(name.clone(), template),
+                        ObjectEvent::Deleted(_) => templates.remove(&name),
+                    }
+                };
+                let bindings_only = matches!(event, ObjectEvent::Applied(_))
+                    && previous == Some(template)
+                    && rack.metadata.deletion_timestamp.is_none()
+                    && owner_matches_inventory_ref(rack);
+                if bindings_only {
+                    queues.group(GroupKey::new(
+                        &rack.spec.inventory_ref.name,
+                        &rack.spec.inventory_ref.uid,
+                        &rack.spec.identity.rack_group,
+                    ));
+                    queues.inventory_status(&rack.spec.inventory_ref.name);
+                } else {
+                    let mut inventories = vec![rack.spec.inventory_ref.name.clone()];
+                    if let Some(owner) = controller_owner(rack) {
+                        inventories.push(owner.name.clone());
+                    }
+                    if let Some(claimant) = context.claims.lock().get(&name) {
+                        inventories.push(claimant.clone());
+                    }
+                    inventories.sort();
+                    inventories.dedup();
+                    for inventory in inventories.iter().filter(|name| !name.is_empty()) {
+                        queues.inventory(inventory);
+                        queues.inventory_status(inventory);
+                    }
                 }
                 for slot in &rack.spec.nodes {
                     if let Some(node) = &slot.node_ref {
@@ -286,13 +410,16 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
         detach.push(Box::new(move || store.detach(id)));
     }
 
-    // Nodes: projection of the Node, status of racks bound to it, and the
-    // inventories only when an allocation-relevant field changed (our own
-    // projection does not wake the rack reconciler).
+    // Nodes: projection of the Node, status of racks bound to it, and, only
+    // when an allocation-relevant field changed (our own projection does
+    // not wake the rack reconciler), the groups it affects: those of the
+    // racks bound to it and those whose selector matches its old or new
+    // labels (upstream 3.13).
     {
         let queues = Arc::clone(queues);
         let weak = Arc::downgrade(context);
         let last_seen: Mutex<HashMap<String, CatalogNode>> = Mutex::new(HashMap::new());
+        let selectors = GroupSelectors::default();
         let id = context
             .nodes
             .attach(Arc::new(move |event: &ObjectEvent<Node>| {
@@ -303,30 +430,34 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
                 let name = node.metadata.name.clone().unwrap_or_default();
                 queues.project(&name);
                 let record = CatalogNode::from_node(node);
-                let relevant = {
+                let (relevant, previous) = {
                     let mut seen = last_seen.lock();
                     match event {
                         ObjectEvent::Applied(_) => {
-                            seen.insert(name.clone(), record.clone()).as_ref() != Some(&record)
+                            let previous = seen.insert(name.clone(), record.clone());
+                            (previous.as_ref() != Some(&record), previous)
                         }
-                        ObjectEvent::Deleted(_) => {
-                            seen.remove(&name);
-                            true
-                        }
+                        ObjectEvent::Deleted(_) => (true, seen.remove(&name)),
                     }
                 };
                 for rack in context.racks.by_index(INDEX_NODE_NAME, &name) {
                     queues.rack_status(rack.metadata.name.as_deref().unwrap_or_default());
                     queues.inventory_status(&rack.spec.inventory_ref.name);
                     if relevant {
-                        queues.inventory(&rack.spec.inventory_ref.name);
+                        queues.group(GroupKey::new(
+                            &rack.spec.inventory_ref.name,
+                            &rack.spec.inventory_ref.uid,
+                            &rack.spec.identity.rack_group,
+                        ));
                     }
                 }
                 if relevant {
+                    let labels = [Some(&record), previous.as_ref()];
                     for inventory in context.inventories.state() {
-                        let inventory_name = inventory.metadata.name.clone().unwrap_or_default();
-                        queues.inventory(&inventory_name);
-                        queues.inventory_status(&inventory_name);
+                        for key in selectors.matching(&inventory, &labels) {
+                            queues.inventory_status(&key.inventory_name);
+                            queues.group(key);
+                        }
                     }
                 }
             }));

@@ -11,14 +11,15 @@ use controller_kit::{CachedStore, EventSink};
 use k8s_openapi::api::core::v1::Node;
 use parking_lot::Mutex;
 
+use super::allocation::{LiveAllocation, SyncWork};
 use super::metrics::Metrics;
 use super::nodes::LiveNodes;
 use super::policies::PolicyEvaluations;
 use crate::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURackStatus, SGPURuntimePolicy};
 use crate::plan::catalog::NodeCatalog;
 use crate::plan::inventory::{
-    CleanupNeeded, CleanupReason, ClusterInput, ClusterPlan, ExactBinding, OwnershipConflict,
-    ProfileIssue, plan_cluster,
+    CleanupNeeded, CleanupReason, ClusterPlan, ExactBinding, OwnershipConflict, ProfileIssue,
+    plan_admission,
 };
 use crate::plan::options::Options;
 use crate::plan::projection::ObservedNode;
@@ -73,6 +74,9 @@ impl CleanupBook {
     }
 }
 
+/// (rack resourceVersion, Node resourceVersion) and whether the slot was projected then.
+pub(crate) type ProjectedAt = ((String, String), bool);
+
 /// The cluster plan and the allocation revision it was computed at.
 type CachedPlan = ((u64, u64), Arc<ClusterPlan>);
 
@@ -93,12 +97,17 @@ pub(crate) struct Context {
     /// Bumped by every inventory, profile and rack event.
     pub topology: AtomicU64,
     plan: Mutex<Option<CachedPlan>>,
+    /// The incremental allocation behind `plan`.
+    pub allocation: Mutex<LiveAllocation>,
     pub cleanup: Mutex<CleanupBook>,
     outcomes: Mutex<HashMap<(String, i32), Outcome>>,
     pub results: Mutex<HashMap<String, RackResult>>,
     /// Desired rack name → the inventory that claims it.
     pub claims: Mutex<HashMap<String, String>>,
     inventory_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Whether a slot's Node carries its projection, per (rack, Node)
+    /// resourceVersion pair (status reads it for every binding).
+    pub projected_memo: Mutex<HashMap<(String, i32), ProjectedAt>>,
     /// Rack status writes not yet seen in the cache (name → written status).
     pub pending_rack_status: Mutex<HashMap<String, SGPURackStatus>>,
     /// Counts changes of the read API's inputs (racks, inventories,
@@ -135,11 +144,13 @@ impl Context {
             catalog: Mutex::new(NodeCatalog::default()),
             topology: AtomicU64::new(0),
             plan: Mutex::new(None),
+            allocation: Mutex::new(LiveAllocation::default()),
             cleanup: Mutex::new(CleanupBook::default()),
             outcomes: Mutex::new(HashMap::new()),
             results: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             inventory_locks: Mutex::new(HashMap::new()),
+            projected_memo: Mutex::new(HashMap::new()),
             pending_rack_status: Mutex::new(HashMap::new()),
             changes: tokio::sync::watch::Sender::new(0),
         }
@@ -167,19 +178,25 @@ impl Context {
         {
             return Arc::clone(plan);
         }
-        let nodes = self.catalog.lock().snapshot();
         let profiles: HashMap<String, Arc<SGPURackProfile>> = self
             .profiles
             .state()
             .into_iter()
             .filter_map(|profile| Some((profile.metadata.name.clone()?, profile)))
             .collect();
-        let plan = Arc::new(plan_cluster(&ClusterInput {
-            inventories: self.inventories.state(),
-            profiles: &profiles,
-            racks: self.racks.state(),
-            nodes,
-        }));
+        let admitted = plan_admission(&self.inventories.state(), &profiles, &self.racks.state());
+        let (allocation, work): (_, SyncWork) = {
+            let mut live = self.allocation.lock();
+            let allocation =
+                live.allocation(admitted.groups, &mut self.catalog.lock(), &self.racks);
+            (allocation, live.last_sync())
+        };
+        self.metrics.allocation_update(work.rebuilt);
+        let plan = Arc::new(ClusterPlan {
+            resolutions: admitted.resolutions,
+            admission: admitted.admission,
+            allocation,
+        });
         *cached = Some((revision, Arc::clone(&plan)));
         plan
     }
@@ -229,26 +246,32 @@ impl Context {
         self.outcomes
             .lock()
             .retain(|(name, _), _| name != rack_name);
+        self.projected_memo
+            .lock()
+            .retain(|(name, _), _| name != rack_name);
         self.pending_rack_status.lock().remove(rack_name);
     }
 
-    /// Replaces an inventory's cleanup requests with `cleanups`; returns the
-    /// Node names that need a projection pass (new requests, and bindings
-    /// whose acknowledgement was revoked because the plan keeps them).
+    /// Replaces an inventory's cleanup requests (those of one rack group
+    /// when `group` is given) with `cleanups`; returns the Node names that
+    /// need a projection pass (new requests, and bindings whose
+    /// acknowledgement was revoked because the plan keeps them).
     pub fn update_cleanups(
         &self,
         inventory_uid: &str,
+        group: Option<&str>,
         cleanups: &[CleanupNeeded],
         releasing: &HashSet<ExactBinding>,
     ) -> Vec<String> {
+        let in_scope = |binding: &ExactBinding| {
+            binding.inventory_uid == inventory_uid && group.is_none_or(|g| binding.group == g)
+        };
         let mut book = self.cleanup.lock();
         let mut touched = Vec::new();
         let wanted: HashSet<&ExactBinding> = cleanups.iter().map(|c| &c.binding).collect();
         for (node, requests) in book.requested.iter_mut() {
             let before = requests.len();
-            requests.retain(|binding, _| {
-                binding.inventory_uid != inventory_uid || wanted.contains(binding)
-            });
+            requests.retain(|binding, _| !in_scope(binding) || wanted.contains(binding));
             if requests.len() != before {
                 touched.push(node.clone());
             }
@@ -275,7 +298,7 @@ impl Context {
         let revoked: Vec<ExactBinding> = book
             .acknowledged
             .iter()
-            .filter(|binding| binding.inventory_uid == inventory_uid)
+            .filter(|binding| in_scope(binding))
             .filter(|binding| !wanted.contains(binding) && !releasing.contains(binding))
             .filter(|binding| {
                 racks

@@ -14,7 +14,7 @@ use kube::{Resource, ResourceExt};
 use super::state::Context;
 use super::{BoxError, INDEX_INVENTORY_UID, INDEX_NODE_UID, Queues, StatusKey};
 use crate::api::{
-    InventoryCapacity, RackGroupStatus, RuntimePolicySummary, SGPUInventory, SGPURack,
+    InventoryCapacity, NodeRef, RackGroupStatus, RuntimePolicySummary, SGPUInventory, SGPURack,
     SGPURuntimePolicy, SGPURuntimePolicyStatus,
 };
 use crate::plan::inventory::{ExactBinding, rack_groups_summary, requested_nodes};
@@ -169,22 +169,43 @@ fn accepted_condition(status: Option<&SGPURuntimePolicyStatus>) -> Option<(Strin
 
 /// Whether the cached Node with this binding's name and UID carries
 /// exactly its projection, owned by us.
-fn projected(context: &Context, rack: &SGPURack, binding: &ExactBinding) -> bool {
-    let Some(node) = context.nodes.get(&binding.node.name) else {
+/// Whether the Node bound at `rack`'s slot `node_index` carries its projection.
+fn projected(context: &Context, rack: &SGPURack, node_index: i32, bound: &NodeRef) -> bool {
+    let Some(node) = context.nodes.get(&bound.name) else {
         return false;
     };
-    if node.metadata.uid.as_deref() != Some(binding.node.uid.as_str()) {
+    if node.metadata.uid.as_deref() != Some(bound.uid.as_str()) {
         return false;
     }
-    desired_for(rack, binding.node_index)
-        .is_some_and(|desired| ObservedNode::from_node(&node).matches(&desired))
+    // Rendering the desired annotation costs a JSON encoding; an inventory
+    // status visits every binding (100,000 at the scale target) once per
+    // progress interval, so the answer is kept per (rack, Node) version.
+    let versions = (
+        rack.metadata.resource_version.clone().unwrap_or_default(),
+        node.metadata.resource_version.clone().unwrap_or_default(),
+    );
+    let key = (rack.metadata.name.clone().unwrap_or_default(), node_index);
+    if !versions.0.is_empty()
+        && !versions.1.is_empty()
+        && let Some((at, answer)) = context.projected_memo.lock().get(&key)
+        && *at == versions
+    {
+        return *answer;
+    }
+    let answer = desired_for(rack, node_index)
+        .is_some_and(|desired| ObservedNode::from_node(&node).matches(&desired));
+    context
+        .projected_memo
+        .lock()
+        .insert(key, (versions, answer));
+    answer
 }
 
-fn live(context: &Context, binding: &ExactBinding) -> bool {
+fn live(context: &Context, bound: &NodeRef) -> bool {
     context
         .nodes
-        .get(&binding.node.name)
-        .is_some_and(|node| node.metadata.uid.as_deref() == Some(binding.node.uid.as_str()))
+        .get(&bound.name)
+        .is_some_and(|node| node.metadata.uid.as_deref() == Some(bound.uid.as_str()))
 }
 
 fn rack_facts(context: &Context, rack: &SGPURack) -> RackFacts {
@@ -196,7 +217,10 @@ fn rack_facts(context: &Context, rack: &SGPURack) -> RackFacts {
     };
     let mut seen = HashSet::new();
     for binding in &bindings {
-        if binding.node.uid.is_empty() || binding.node.name.is_empty() || !live(context, binding) {
+        if binding.node.uid.is_empty()
+            || binding.node.name.is_empty()
+            || !live(context, &binding.node)
+        {
             facts.invalid_bindings = true;
         }
         let elsewhere: usize = context
@@ -204,16 +228,22 @@ fn rack_facts(context: &Context, rack: &SGPURack) -> RackFacts {
             .by_index(INDEX_NODE_UID, &binding.node.uid)
             .iter()
             .map(|other| {
-                ExactBinding::all_of(other)
+                other
+                    .spec
+                    .nodes
                     .iter()
-                    .filter(|b| b.node.uid == binding.node.uid)
+                    .filter(|slot| {
+                        slot.node_ref
+                            .as_ref()
+                            .is_some_and(|node| node.uid == binding.node.uid)
+                    })
                     .count()
             })
             .sum();
         if elsewhere > 1 || !seen.insert(binding.node.uid.clone()) {
             facts.duplicate_bindings = true;
         }
-        if projected(context, rack, binding) {
+        if projected(context, rack, binding.node_index, &binding.node) {
             facts.projected += 1;
         }
     }
@@ -314,16 +344,23 @@ async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<()
         if context.rack_has_conflict(rack) {
             facts.metadata_conflict = true;
         }
-        for binding in ExactBinding::all_of(rack) {
-            if live(context, &binding) {
-                facts.allocated += 1;
-                *allocated_per_group
-                    .entry(binding.group.clone())
-                    .or_default() += 1;
-                if projected(context, rack, &binding) {
+        let mut allocated = 0;
+        for slot in &rack.spec.nodes {
+            let Some(bound) = &slot.node_ref else {
+                continue;
+            };
+            if live(context, bound) {
+                allocated += 1;
+                if projected(context, rack, slot.index, bound) {
                     facts.projected += 1;
                 }
             }
+        }
+        facts.allocated += allocated;
+        if allocated > 0 {
+            *allocated_per_group
+                .entry(rack.spec.identity.rack_group.clone())
+                .or_default() += allocated;
         }
     }
     let mut pending_per_group = std::collections::BTreeMap::<String, usize>::new();

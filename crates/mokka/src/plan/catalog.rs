@@ -7,7 +7,7 @@
 //! annotation) never does, so projecting a Node cannot invalidate the
 //! allocation that caused it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -51,6 +51,10 @@ pub struct NodeCatalog {
     name_of_uid: HashMap<String, String>,
     generation: u64,
     snapshot: Option<Arc<Vec<NodeInput>>>,
+    /// UIDs whose record changed since the last [`NodeCatalog::take_changed`]
+    /// (added, replaced or removed), so an incremental allocation is fed
+    /// only what changed.
+    changed: HashSet<String>,
 }
 
 impl NodeCatalog {
@@ -72,12 +76,14 @@ impl NodeCatalog {
             && previous.input.uid != record.input.uid
         {
             self.name_of_uid.remove(&previous.input.uid);
+            self.changed.insert(previous.input.uid.clone());
         }
         if let Some(old_name) = self.name_of_uid.get(&record.input.uid).cloned()
             && old_name != record.input.name
         {
             self.by_name.remove(&old_name);
         }
+        self.changed.insert(record.input.uid.clone());
         self.name_of_uid
             .insert(record.input.uid.clone(), record.input.name.clone());
         self.by_name
@@ -93,6 +99,7 @@ impl NodeCatalog {
             Some(current) if current.input.uid == uid => {
                 self.by_name.remove(name);
                 self.name_of_uid.remove(uid);
+                self.changed.insert(uid.to_string());
                 self.advance();
                 true
             }
@@ -118,6 +125,17 @@ impl NodeCatalog {
     /// The name a UID is known under.
     pub fn name_of(&self, uid: &str) -> Option<&str> {
         self.name_of_uid.get(uid).map(String::as_str)
+    }
+
+    /// The record known under `uid`.
+    pub fn by_uid(&self, uid: &str) -> Option<&NodeInput> {
+        let name = self.name_of_uid.get(uid)?;
+        self.by_name.get(name).map(|record| &record.input)
+    }
+
+    /// The UIDs changed since the previous call (see `changed`).
+    pub fn take_changed(&mut self) -> HashSet<String> {
+        std::mem::take(&mut self.changed)
     }
 
     /// How many Nodes are known.

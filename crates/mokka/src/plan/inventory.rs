@@ -216,13 +216,51 @@ impl ClusterPlan {
     }
 }
 
-/// Resolves every inventory, admits them cluster-wide, and allocates Nodes
-/// to the groups of admitted inventories.
-pub fn plan_cluster(input: &ClusterInput<'_>) -> ClusterPlan {
+/// The bindings a rack contributes to allocation: none unless its owner
+/// matches its inventory reference.
+pub fn rack_bindings(rack: &SGPURack) -> Vec<Binding> {
+    if !owner_matches_inventory_ref(rack) {
+        return Vec::new();
+    }
+    let key = Arc::new(GroupKey::new(
+        &rack.spec.inventory_ref.name,
+        &rack.spec.inventory_ref.uid,
+        &rack.spec.identity.rack_group,
+    ));
+    rack.spec
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            Some(Binding {
+                group: Arc::clone(&key),
+                rack_index: rack.spec.identity.rack_index,
+                node_index: node.index,
+                node: Arc::new(node.node_ref.clone()?),
+            })
+        })
+        .collect()
+}
+
+/// The cluster plan without its allocation: resolutions, admission, and
+/// the groups allocation runs for.
+#[derive(Clone, Debug)]
+pub struct AdmissionPlan {
+    pub resolutions: HashMap<(String, String), Resolution>,
+    pub admission: Admission,
+    /// The groups of admitted inventories, the allocation's group input.
+    pub groups: Vec<GroupInput>,
+}
+
+/// Resolves every inventory and admits them cluster-wide (no allocation):
+/// linear in inventories and racks, never in Nodes.
+pub fn plan_admission(
+    inventories: &[Arc<SGPUInventory>],
+    profiles: &HashMap<String, Arc<SGPURackProfile>>,
+    racks: &[Arc<SGPURack>],
+) -> AdmissionPlan {
     let mut resolutions = HashMap::new();
     let mut held_by: HashMap<String, Vec<&SGPURack>> = HashMap::new();
-    let mut bindings = Vec::new();
-    for rack in &input.racks {
+    for rack in racks {
         if !owner_matches_inventory_ref(rack) {
             continue;
         }
@@ -230,26 +268,11 @@ pub fn plan_cluster(input: &ClusterInput<'_>) -> ClusterPlan {
             .entry(rack.spec.inventory_ref.uid.clone())
             .or_default()
             .push(rack);
-        let key = Arc::new(GroupKey::new(
-            &rack.spec.inventory_ref.name,
-            &rack.spec.inventory_ref.uid,
-            &rack.spec.identity.rack_group,
-        ));
-        for node in &rack.spec.nodes {
-            if let Some(node_ref) = &node.node_ref {
-                bindings.push(Binding {
-                    group: Arc::clone(&key),
-                    rack_index: rack.spec.identity.rack_index,
-                    node_index: node.index,
-                    node: Arc::new(node_ref.clone()),
-                });
-            }
-        }
     }
     let mut candidates = Vec::new();
-    for inventory in &input.inventories {
+    for inventory in inventories {
         let resolution = resolve(inventory, |name| {
-            input.profiles.get(name).map(|profile| profile.as_ref())
+            profiles.get(name).map(|profile| profile.as_ref())
         });
         let held_racks: Vec<&SGPURack> = held_by.get(&resolution.uid).cloned().unwrap_or_default();
         let held = held_capacity(held_racks.iter().copied());
@@ -305,14 +328,31 @@ pub fn plan_cluster(input: &ClusterInput<'_>) -> ClusterPlan {
             });
         }
     }
-    let allocation = allocate(&AllocationInput {
+    AdmissionPlan {
+        resolutions,
+        admission,
         groups,
+    }
+}
+
+/// Resolves every inventory, admits them cluster-wide, and allocates Nodes
+/// to the groups of admitted inventories (from scratch; the controller
+/// keeps an incremental `Allocator` equal to this allocation instead).
+pub fn plan_cluster(input: &ClusterInput<'_>) -> ClusterPlan {
+    let admitted = plan_admission(&input.inventories, input.profiles, &input.racks);
+    let bindings = input
+        .racks
+        .iter()
+        .flat_map(|rack| rack_bindings(rack))
+        .collect();
+    let allocation = allocate(&AllocationInput {
+        groups: admitted.groups,
         nodes: input.nodes.as_ref().clone(),
         bindings,
     });
     ClusterPlan {
-        resolutions,
-        admission,
+        resolutions: admitted.resolutions,
+        admission: admitted.admission,
         allocation,
     }
 }
@@ -333,7 +373,12 @@ pub struct ExactBinding {
 impl ExactBinding {
     /// The binding of `rack`'s slot `node_index`, if bound.
     pub fn of(rack: &SGPURack, node_index: i32) -> Option<ExactBinding> {
-        let node = rack.spec.node_by_index(node_index)?;
+        // Slots are stored in index order, so the position usually is the index.
+        let node = usize::try_from(node_index)
+            .ok()
+            .and_then(|position| rack.spec.nodes.get(position))
+            .filter(|slot| slot.index == node_index)
+            .or_else(|| rack.spec.node_by_index(node_index))?;
         let node_ref = node.node_ref.clone()?;
         Some(ExactBinding {
             inventory_name: rack.spec.inventory_ref.name.clone(),
@@ -431,6 +476,36 @@ pub struct RackPlan {
     pub needs_finalizer: bool,
     /// Deleting and nothing left to retire: the inventory finalizer can go.
     pub release_finalizer: bool,
+    /// Desired racks rendered and compared with their cached copy. A group
+    /// plan skips every rack whose cached bindings already equal the
+    /// allocation's, so this counts the racks a change really touched.
+    pub visited: usize,
+    /// A group plan met a state only the full inventory reconcile handles
+    /// (deletion, rejection, pending admission, a missing finalizer, a group
+    /// that no longer resolves); it planned nothing.
+    pub needs_full_reconcile: bool,
+}
+
+/// What one reconcile covers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PlanScope {
+    /// Every group of the inventory: retirement, re-render, creation.
+    #[default]
+    Inventory,
+    /// One rack group (upstream's group reconcile, woken by Node and
+    /// binding changes): its retirements and the racks whose bindings
+    /// differ from the allocation; unchanged racks are not rendered.
+    Group(String),
+}
+
+impl PlanScope {
+    /// Whether a rack of `group` is planned in this scope.
+    pub fn covers(&self, group: &str) -> bool {
+        match self {
+            Self::Inventory => true,
+            Self::Group(id) => id == group,
+        }
+    }
 }
 
 /// What one full reconcile of an inventory sees.
@@ -443,6 +518,7 @@ pub struct RackPlanInput<'a> {
     pub owned: Vec<Arc<SGPURack>>,
     /// Whether a binding's projection cleanup is acknowledged.
     pub acknowledged: &'a dyn Fn(&ExactBinding) -> bool,
+    pub scope: PlanScope,
 }
 
 /// Plans one full inventory reconcile.
@@ -459,6 +535,29 @@ pub fn plan_inventory(input: &RackPlanInput<'_>) -> RackPlan {
         .iter()
         .any(|f| f == crate::plan::rack::FINALIZER_INVENTORY_CLEANUP);
 
+    let scope = &input.scope;
+    if let PlanScope::Group(group) = scope {
+        let resolves = input
+            .cluster
+            .resolution(&name, &uid)
+            .is_some_and(|resolution| {
+                resolution.rejection.is_none()
+                    && resolution.group(group).is_some()
+                    && !resolution.has_issue(group)
+            });
+        let admitted = !matches!(
+            input.cluster.admission.outcome(&name, &uid),
+            Some(AdmissionOutcome::Rejected { .. } | AdmissionOutcome::Pending)
+        );
+        if inventory.metadata.deletion_timestamp.is_some()
+            || !has_finalizer
+            || !resolves
+            || !admitted
+        {
+            plan.needs_full_reconcile = true;
+            return plan;
+        }
+    }
     if inventory.metadata.deletion_timestamp.is_some() {
         for rack in &input.owned {
             retire(rack, CleanupReason::InventoryDeleting, input, &mut plan);
@@ -504,6 +603,9 @@ pub fn plan_inventory(input: &RackPlanInput<'_>) -> RackPlan {
     // Retire owned racks that are no longer desired.
     for rack in &input.owned {
         let group = &rack.spec.identity.rack_group;
+        if !scope.covers(group) {
+            continue;
+        }
         let index = rack.spec.identity.rack_index;
         let reason = if rack.metadata.deletion_timestamp.is_some() {
             Some(CleanupReason::RackDeleting)
@@ -557,7 +659,22 @@ pub fn plan_inventory(input: &RackPlanInput<'_>) -> RackPlan {
         .collect();
 
     for group in &resolution.groups {
+        if !scope.covers(&group.id) {
+            continue;
+        }
         for index in 0..group.count {
+            let rack_name = rack_name(&name, &uid, &group.id, index as u32);
+            let desired_bindings = desired_by_group.get(&(group.id.as_str(), index));
+            if matches!(scope, PlanScope::Group(_))
+                && (input.rack_named)(&rack_name).is_some_and(|existing| {
+                    is_owned_by(&existing, &name, &uid)
+                        && existing.metadata.deletion_timestamp.is_none()
+                        && bindings_match(&existing, desired_bindings.map(Vec::as_slice))
+                })
+            {
+                continue;
+            }
+            plan.visited += 1;
             let coordinate = RackCoordinate {
                 inventory_name: &name,
                 inventory_uid: &uid,
@@ -572,7 +689,6 @@ pub fn plan_inventory(input: &RackPlanInput<'_>) -> RackPlan {
                     break;
                 }
             };
-            let rack_name = rack_name(&name, &uid, &group.id, index as u32);
             let mut desired = rack_object(&rack_name, &name, &uid, spec);
             let existing = (input.rack_named)(&rack_name);
             if let Some(existing) = &existing {
@@ -592,11 +708,7 @@ pub fn plan_inventory(input: &RackPlanInput<'_>) -> RackPlan {
                     continue;
                 }
             }
-            for binding in desired_by_group
-                .get(&(group.id.as_str(), index))
-                .into_iter()
-                .flatten()
-            {
+            for binding in desired_bindings.into_iter().flatten() {
                 if let Some(slot) = desired
                     .spec
                     .nodes
@@ -694,6 +806,28 @@ pub fn plan_inventory(input: &RackPlanInput<'_>) -> RackPlan {
         }
     }
     plan
+}
+
+/// Whether a cached rack's slots hold exactly the allocation's bindings for
+/// its coordinate (a slot the allocation leaves empty is empty).
+fn bindings_match(rack: &SGPURack, desired: Option<&[&Binding]>) -> bool {
+    let desired = desired.unwrap_or_default();
+    let bound = rack
+        .spec
+        .nodes
+        .iter()
+        .filter(|slot| slot.node_ref.is_some())
+        .count();
+    bound == desired.len()
+        && desired.iter().all(|binding| {
+            // Slots are stored in index order, so the position usually is the index.
+            let slot = usize::try_from(binding.node_index)
+                .ok()
+                .and_then(|position| rack.spec.nodes.get(position))
+                .filter(|slot| slot.index == binding.node_index)
+                .or_else(|| rack.spec.node_by_index(binding.node_index));
+            slot.and_then(|slot| slot.node_ref.as_ref()) == Some(binding.node.as_ref())
+        })
 }
 
 fn render_issue(group: &ResolvedGroup, error: &RenderError) -> ProfileIssue {

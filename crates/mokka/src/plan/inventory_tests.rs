@@ -62,6 +62,10 @@ impl World {
     }
 
     fn plan(&self, name: &str) -> RackPlan {
+        self.plan_in(name, PlanScope::Inventory)
+    }
+
+    fn plan_in(&self, name: &str, scope: PlanScope) -> RackPlan {
         let cluster = plan_cluster(&ClusterInput {
             inventories: self.inventories.iter().cloned().map(Arc::new).collect(),
             profiles: &self.profiles,
@@ -93,6 +97,7 @@ impl World {
                 .cloned()
                 .collect(),
             acknowledged: &acknowledged,
+            scope,
         })
     }
 
@@ -362,4 +367,88 @@ fn a_gone_node_uid_is_cleaned_up_before_a_replacement_is_allocated() {
         }
         other => panic!("the replacement binding expected: {other:?}"),
     }
+}
+
+#[test]
+fn a_group_reconcile_indexes_a_large_binding_set_once_and_visits_only_the_changed_rack() {
+    // 200 racks of 100 Nodes: 19,999 bindings, the last rack one short
+    // (upstream's 100k; fewer keep the debug-build test fast, and the group
+    // plan's cost does not depend on the count: it visits one rack).
+    const RACKS: i32 = 200;
+    const PER_RACK: i32 = 100;
+    let nodes: Vec<NodeInput> = (0..RACKS * PER_RACK - 1)
+        .map(|i| node(&format!("n-{i:06}"), i64::from(i) + 1))
+        .collect();
+    let mut world = World::new(
+        inventory("inv", "inv-uid", "2026-01-01T00:00:00Z", RACKS, "p"),
+        nodes,
+    );
+    world.profiles.insert(
+        "p".to_string(),
+        Arc::new(example_profile("p", "p-uid", PER_RACK, 1)),
+    );
+    let initial = world.plan("inv");
+    assert_eq!(initial.writes.len(), RACKS as usize);
+    world.apply(&initial);
+    let group = PlanScope::Group("compute".to_string());
+    let idle = world.plan_in("inv", group.clone());
+    assert_eq!(
+        (idle.visited, idle.writes.len()),
+        (0, 0),
+        "nothing changed: no rack is rendered or written"
+    );
+
+    // A new eligible Node fills the one free slot.
+    world.nodes.push(node("n-new", 1_000_000));
+    let plan = world.plan_in("inv", group.clone());
+    assert_eq!(plan.visited, 1, "only the changed rack is visited");
+    match plan.writes.as_slice() {
+        [RackWrite::Update { desired, bound, .. }] => {
+            assert_eq!(
+                desired.metadata.name.as_deref(),
+                Some(rack_name("inv", "inv-uid", "compute", RACKS as u32 - 1).as_str())
+            );
+            assert_eq!(bound.len(), 1);
+            assert_eq!(bound[0].node.name, "n-new");
+        }
+        other => panic!("one update of the last rack expected: {other:?}"),
+    }
+    assert_eq!(
+        plan.writes,
+        world.plan("inv").writes,
+        "the group plan writes what the full plan writes"
+    );
+    world.apply(&plan);
+
+    // A bound Node goes away: only its rack is visited; the binding waits
+    // for its cleanup (no write yet).
+    world.nodes.retain(|node| node.name != "n-005000");
+    let plan = world.plan_in("inv", group);
+    assert_eq!(plan.visited, 1);
+    assert!(plan.writes.is_empty(), "{:?}", plan.writes);
+    assert_eq!(plan.cleanups.len(), 1);
+    assert_eq!(plan.cleanups[0].binding.node.name, "n-005000");
+    assert_eq!(
+        plan.cleanups[0].reason,
+        CleanupReason::Released(ReleaseReason::NodeGone)
+    );
+}
+
+#[test]
+fn a_group_plan_leaves_deletion_and_rejection_to_the_full_reconcile() {
+    let mut deleting = inventory("inv", "inv-uid", "2026-01-01T00:00:00Z", 1, "p");
+    deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    let world = World::new(deleting, vec![node("a", 1)]);
+    let plan = world.plan_in("inv", PlanScope::Group("compute".into()));
+    assert!(plan.needs_full_reconcile);
+    assert!(plan.writes.is_empty() && plan.cleanups.is_empty());
+
+    let world = World::new(
+        inventory("inv", "inv-uid", "2026-01-01T00:00:00Z", 1, "missing"),
+        vec![node("a", 1)],
+    );
+    let plan = world.plan_in("inv", PlanScope::Group("compute".into()));
+    assert!(plan.needs_full_reconcile, "a group that does not resolve");
+    let plan = world.plan_in("inv", PlanScope::Group("other".into()));
+    assert!(plan.needs_full_reconcile, "an unknown group");
 }

@@ -4,6 +4,7 @@
 //! sentences (report 5.1 and 5.2).
 
 mod caches;
+mod groups;
 mod lifecycle;
 mod node_api;
 mod policies;
