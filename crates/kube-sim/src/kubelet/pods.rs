@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures::{StreamExt, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::Store;
-use futures::{StreamExt, stream};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -268,7 +268,11 @@ impl Kubelet {
             .map(|write| async move {
                 let result = write
                     .api
-                    .patch_status(&write.name, &PatchParams::default(), &Patch::Merge(&write.patch))
+                    .patch_status(
+                        &write.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&write.patch),
+                    )
                     .await;
                 (write, result)
             })

@@ -310,7 +310,12 @@ async fn write_decision(
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
             });
             match api
-                .create_subresource::<Value, Value>("binding", &name, &PostParams::default(), &binding)
+                .create_subresource::<Value, Value>(
+                    "binding",
+                    &name,
+                    &PostParams::default(),
+                    &binding,
+                )
                 .await
             {
                 Ok(_) => {
@@ -357,7 +362,14 @@ async fn write_decision(
                 .await
             {
                 Ok(_) => {
-                    record(recorder, &pod, EventType::Warning, "FailedScheduling", message).await
+                    record(
+                        recorder,
+                        &pod,
+                        EventType::Warning,
+                        "FailedScheduling",
+                        message,
+                    )
+                    .await
                 }
                 Err(e) => {
                     tracing::debug!(pod = %name, error = %e, "cannot record Unschedulable")
