@@ -229,6 +229,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("apps/v1", "Deployment") => schema::decode(&messages::DEPLOYMENT, raw)?,
         ("v1", "Service") => schema::decode(&messages::SERVICE, raw)?,
         ("batch/v1", "Job") => schema::decode(&messages::JOB, raw)?,
+        (AUTHENTICATION_V1, "TokenRequest") => schema::decode(&messages::TOKEN_REQUEST, raw)?,
         (AUTHENTICATION_V1, "SelfSubjectReview") => {
             let mut obj = review(raw)?;
             obj.remove("spec");
@@ -236,7 +237,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         }
         _ => {
             return Err(format!(
-                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace, ServiceAccount and Service, apps/v1 Deployment, batch/v1 Job, {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, and the access and self-subject reviews, not {api_version} {kind}; send JSON"
+                "kube-sim decodes protobuf only for v1 ConfigMap, Secret, Namespace, ServiceAccount and Service, apps/v1 Deployment, batch/v1 Job, {RBAC_V1} Role, ClusterRole, RoleBinding and ClusterRoleBinding, TokenRequest, and the access and self-subject reviews, not {api_version} {kind}; send JSON"
             ));
         }
     };

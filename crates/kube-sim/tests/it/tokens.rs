@@ -134,3 +134,49 @@ async fn a_static_token_authenticates_its_user_and_a_too_short_token_request_is_
         "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"
     );
 }
+
+/// `kubectl create token` sends its TokenRequest as protobuf; the token it
+/// prints authenticates as the ServiceAccount for the audience asked for.
+#[tokio::test]
+async fn kubectl_create_token_prints_a_token_that_reviews_as_the_service_account() {
+    let sim = KubeSim::builder().start().await.unwrap();
+    let client = sim.client();
+    let kubectl = crate::kubectl_parity::Kubectl::new(&sim);
+    kubectl.ok(&["create", "serviceaccount", "agent"]).await;
+    let token = kubectl
+        .ok(&[
+            "create",
+            "token",
+            "agent",
+            "--audience",
+            "mokka-node-api",
+            "--duration",
+            "10m",
+        ])
+        .await;
+    let token = token.trim();
+    assert!(!token.is_empty(), "kubectl printed no token");
+    let reviews: Api<TokenReview> = Api::all(client.clone());
+    let asked: TokenReview =
+        serde_json::from_value(json!({"spec": {"token": token, "audiences": ["mokka-node-api"]}}))
+            .unwrap();
+    let answered = reviews
+        .create(&PostParams::default(), &asked)
+        .await
+        .expect("a TokenReview is answered");
+    let status = serde_json::to_value(answered.status).unwrap();
+    assert_eq!(status["authenticated"], json!(true), "{status}");
+    assert_eq!(
+        status["user"]["username"],
+        json!("system:serviceaccount:default:agent")
+    );
+    assert_eq!(status["audiences"], json!(["mokka-node-api"]), "{status}");
+    // A missing ServiceAccount is the real server's NotFound, printed by kubectl.
+    let missing = kubectl.run(&["create", "token", "nobody"]).await;
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("serviceaccounts \"nobody\" not found"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+}

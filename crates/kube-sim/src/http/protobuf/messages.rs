@@ -1,5 +1,5 @@
 //! The messages of the objects kubectl's generators send (`create
-//! deployment`, `create service …`, `create job`, `create configmap`,
+//! deployment`, `create service …`, `create job`, `create token`, `create configmap`,
 //! `create secret`, `create namespace`, `create serviceaccount`, `create
 //! role|clusterrole|rolebinding|clusterrolebinding`), with field numbers
 //! from k8s.io/api and k8s.io/apimachinery v0.37.2 (`generated.proto`).
@@ -395,6 +395,45 @@ pub static SERVICE_ACCOUNT: Message = Message {
         field(2, "secrets", Unset),
         field(3, "imagePullSecrets", Unset),
         field(4, "automountServiceAccountToken", OptBool),
+    ],
+};
+
+// ---- authentication/v1 TokenRequest (`kubectl create token`) --------------
+
+pub static TOKEN_REQUEST: Message = Message {
+    name: "TokenRequest",
+    fields: &[
+        field(1, "metadata", Msg(&OBJECT_META)),
+        field(2, "spec", Msg(&TOKEN_REQUEST_SPEC)),
+        field(3, "status", Msg(&TOKEN_REQUEST_STATUS)),
+    ],
+};
+
+static TOKEN_REQUEST_SPEC: Message = Message {
+    name: "TokenRequestSpec",
+    fields: &[
+        field(1, "audiences", Strs),
+        field(3, "boundObjectRef", Msg(&BOUND_OBJECT_REFERENCE)),
+        field(4, "expirationSeconds", OptInt),
+    ],
+};
+
+static BOUND_OBJECT_REFERENCE: Message = Message {
+    name: "BoundObjectReference",
+    fields: &[
+        field(1, "kind", Str),
+        field(2, "apiVersion", Str),
+        field(3, "name", Str),
+        field(4, "uid", Str),
+    ],
+};
+
+/// Written (empty) by the client; the server fills it in.
+static TOKEN_REQUEST_STATUS: Message = Message {
+    name: "TokenRequestStatus",
+    fields: &[
+        field(1, "token", Unset),
+        field(2, "expirationTimestamp", Unset),
     ],
 };
 
