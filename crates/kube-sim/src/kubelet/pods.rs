@@ -54,7 +54,7 @@ pub(crate) struct Watches {
 /// What syncing one pod leaves to do.
 enum Synced {
     /// Its status changed: write it (the write carries the next due time).
-    Write(StatusWrite),
+    Write(Box<StatusWrite>),
     /// Nothing to write now; look again at this time.
     Due(Timestamp),
     /// Nothing to write and nothing timed.
@@ -390,7 +390,7 @@ impl Kubelet {
         };
         let host_ip = host_ip.clone();
         match self.sync_pod(key, &pod, &host_ip, shutdown) {
-            Synced::Write(write) => Some(write),
+            Synced::Write(write) => Some(*write),
             Synced::Due(at) => {
                 self.due.insert(key.to_string(), at);
                 None
@@ -468,7 +468,7 @@ impl Kubelet {
             .unwrap_or(0);
         let stale_view = self.written.get(&uid).is_some_and(|w| rv < *w);
         if status != current && !stale_view {
-            return Synced::Write(StatusWrite {
+            return Synced::Write(Box::new(StatusWrite {
                 key: key.to_string(),
                 uid,
                 name,
@@ -478,7 +478,7 @@ impl Kubelet {
                     "status": status,
                 }),
                 due,
-            });
+            }));
         }
         match due {
             Some(at) => Synced::Due(at),
