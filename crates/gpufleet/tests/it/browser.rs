@@ -1,6 +1,6 @@
 //! Headless Chromium (Debian's `chromium`, installed by scripts/test.sh)
-//! driven over the DevTools protocol, for the fleet-view tests of the
-//! sandbox and of `gpufleet mokka --ui`.
+//! driven over the DevTools protocol, and the policy both fleet-view tests
+//! (the sandbox's and `gpufleet mokka --ui`'s) apply to fail one GPU.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,6 +12,38 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{KilledOnDrop, pipe_lines, wait_for_line};
+
+/// An inventory-targeted runtime policy that fails one GPU: `rack`, `node`
+/// and `gpu` are the rack index, Node slot and GPU index in `group`.
+pub fn policy_failing_one_gpu(
+    name: &str,
+    inventory: &str,
+    group: &str,
+    (rack, node, gpu): (i32, i32, i32),
+) -> mokka::api::SGPURuntimePolicy {
+    use mokka::api::{
+        DeviceState, PolicyTargetRef, RuntimeState, SGPURuntimePolicy, SGPURuntimePolicySpec,
+        TargetGroup, TargetKind,
+    };
+    SGPURuntimePolicy::new(
+        name,
+        SGPURuntimePolicySpec {
+            target_ref: PolicyTargetRef {
+                group: TargetGroup::Mokka,
+                kind: TargetKind::SgpuInventory,
+                name: inventory.into(),
+                rack_groups: Some(vec![group.into()]),
+                rack_indexes: Some(vec![rack]),
+                node_indexes: Some(vec![node]),
+                gpu_indexes: Some(vec![gpu]),
+            },
+            runtime: Some(RuntimeState {
+                device_state: Some(DeviceState::Failed),
+                ..Default::default()
+            }),
+        },
+    )
+}
 
 /// Starts a headless Chromium with its profile in `profile` and connects
 /// to its blank page. The browser is killed when the first value drops.

@@ -275,10 +275,7 @@ async fn poll_http_status(port: u16, path: &str) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_view_of_gpufleet_mokka_ui_counts_the_clusters_gpus_and_shows_a_failed_one_live()
 {
-    use mokka::api::{
-        DeviceState, PolicyTargetRef, RuntimeState, SGPURack, SGPURuntimePolicy,
-        SGPURuntimePolicySpec, TargetGroup, TargetKind,
-    };
+    use mokka::api::{SGPURack, SGPURuntimePolicy};
     crate::browser::chromium();
     let sim = kube_sim::KubeSim::builder().start().await.unwrap();
     let client = sim.client();
@@ -344,24 +341,8 @@ async fn the_fleet_view_of_gpufleet_mokka_ui_counts_the_clusters_gpus_and_shows_
         .expect("slot 1, GPU 2");
     let cell = format!("document.getElementById('gpu-{uuid}')?.dataset.state");
     assert_eq!(page.evaluate(&cell).await, json!("healthy"));
-    let policy = SGPURuntimePolicy::new(
-        "fail-one-gpu",
-        SGPURuntimePolicySpec {
-            target_ref: PolicyTargetRef {
-                group: TargetGroup::Mokka,
-                kind: TargetKind::SgpuInventory,
-                name: "inv".into(),
-                rack_groups: Some(vec!["compute".into()]),
-                rack_indexes: Some(vec![0]),
-                node_indexes: Some(vec![1]),
-                gpu_indexes: Some(vec![2]),
-            },
-            runtime: Some(RuntimeState {
-                device_state: Some(DeviceState::Failed),
-                ..Default::default()
-            }),
-        },
-    );
+    let policy =
+        crate::browser::policy_failing_one_gpu("fail-one-gpu", "inv", "compute", (0, 1, 2));
     Api::<SGPURuntimePolicy>::all(client.clone())
         .create(&PostParams::default(), &policy)
         .await

@@ -10,10 +10,7 @@ use base64::Engine;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
-use mokka::api::{
-    DeviceState, PolicyTargetRef, RuntimeState, SGPURack, SGPURuntimePolicy, SGPURuntimePolicySpec,
-    TargetGroup, TargetKind,
-};
+use mokka::api::{SGPURack, SGPURuntimePolicy};
 use serde_json::json;
 
 use crate::browser;
@@ -80,23 +77,11 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
         .expect("rack 1, slot 2, GPU 3");
     let cell = format!("document.getElementById('gpu-{uuid}')?.dataset.state");
     assert_eq!(page.evaluate(&cell).await, json!("healthy"));
-    let policy = SGPURuntimePolicy::new(
+    let policy = crate::browser::policy_failing_one_gpu(
         "browser-fails-one-gpu",
-        SGPURuntimePolicySpec {
-            target_ref: PolicyTargetRef {
-                group: TargetGroup::Mokka,
-                kind: TargetKind::SgpuInventory,
-                name: "sandbox".into(),
-                rack_groups: Some(vec!["nvl72".into()]),
-                rack_indexes: Some(vec![1]),
-                node_indexes: Some(vec![2]),
-                gpu_indexes: Some(vec![3]),
-            },
-            runtime: Some(RuntimeState {
-                device_state: Some(DeviceState::Failed),
-                ..Default::default()
-            }),
-        },
+        "sandbox",
+        "nvl72",
+        (1, 2, 3),
     );
     Api::<SGPURuntimePolicy>::all(client.clone())
         .create(&PostParams::default(), &policy)
