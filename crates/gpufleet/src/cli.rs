@@ -137,6 +137,11 @@ pub struct ServeArgs {
     /// else is refused.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Serve HTTPS with a CA generated at start and written into the
+    /// kubeconfig. This is the default; the flag exists so that scripts can
+    /// say so.
+    #[arg(long, conflicts_with_all = ["no_tls", "insecure_no_auth"])]
+    pub tls: bool,
     /// Serve plain HTTP instead of HTTPS. The token is still required, but
     /// kubectl and other client-go tools send a kubeconfig's token only
     /// over HTTPS, so only kube-rs, the Python client and curl can use it.

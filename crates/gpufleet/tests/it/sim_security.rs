@@ -211,12 +211,32 @@ fn sim_serve_no_tls_keeps_the_token_and_insecure_no_auth_drops_both() {
 }
 
 #[test]
+fn sim_serve_tls_names_the_default_and_cannot_be_combined_with_no_tls() {
+    let sim = SimServer::start_with(&["--tls"]);
+    let server = kubeconfig_value(&sim, ".clusters[0].cluster.server");
+    assert!(server.starts_with("https://127.0.0.1:"), "{server}");
+    sim.kubectl_ok(&["get", "ns", "default"]);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args(["sim", "serve", "--tls", "--no-tls"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--tls") && stderr.contains("--no-tls"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn sim_serve_with_rbac_gives_the_tfjob_service_account_what_deploy_grants_and_the_real_403() {
     let sim = SimServer::start_with(&["--authorization", "rbac"]);
     let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/tfjob/01-rbac.yaml");
     sim.kubectl_ok(&["apply", "-f", rbac.to_str().unwrap()]);
-    // A TokenRequest for the operator's ServiceAccount (JSON body; kubectl's
-    // `create token` sends protobuf, which kube-sim does not decode here).
+    // A TokenRequest for the operator's ServiceAccount, as a JSON body
+    // (`kubectl create token` sends the same request as protobuf; that path
+    // has its own test in kube-sim's tokens module).
     let request = sim.dir.path().join("token-request.json");
     std::fs::write(
         &request,
