@@ -2,59 +2,24 @@
 //! completions, within the backoff limit and deadline, and keeps the Job
 //! status and conditions `kubectl wait --for=condition=complete` reads.
 
-use std::sync::Arc;
-
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::Store;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-use super::plan::{job, pods};
-use super::{
-    Expectations, by_controller, next_round, owner_reference, pod_from_template, resource_version,
-    status_patch,
-};
-use crate::kubelet::informer::{self, Subscriber};
+use super::plan::job;
+use super::{Expectations, PodOwner, owner_reference, pod_from_template, status_patch};
 
-pub(super) async fn run(
-    client: kube::Client,
-    jobs: Store<Job>,
-    pods: Store<Pod>,
-    wake: Arc<Subscriber>,
-    shutdown: CancellationToken,
-) {
-    if !informer::ready(&jobs, &shutdown).await || !informer::ready(&pods, &shutdown).await {
-        return;
-    }
-    let mut expectations = Expectations::default();
-    loop {
-        let owned = by_controller(&pods, "Job");
-        for j in jobs.state() {
-            if j.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let uid = j.metadata.uid.clone().unwrap_or_default();
-            let mine: Vec<&Pod> = owned
-                .get(&uid)
-                .map(|v| v.iter().map(Arc::as_ref).collect())
-                .unwrap_or_default();
-            let seen = |name: &str| {
-                mine.iter()
-                    .find(|p| p.metadata.name.as_deref() == Some(name))
-                    .map(|p| (resource_version(*p), pods::is_active(p)))
-            };
-            if !expectations.satisfied(&uid, seen) {
-                continue;
-            }
-            sync(&client, &j, &mine, &mut expectations).await;
-        }
-        if !next_round(&wake, &shutdown).await {
-            return;
-        }
+impl PodOwner for Job {
+    async fn sync(
+        client: &kube::Client,
+        owner: &Self,
+        mine: &[&Pod],
+        expectations: &mut Expectations,
+    ) {
+        sync(client, owner, mine, expectations).await;
     }
 }
 

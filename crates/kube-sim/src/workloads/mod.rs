@@ -64,14 +64,67 @@ pub(crate) fn spawn(client: kube::Client, shutdown: CancellationToken) {
         deployment_wake,
         shutdown.clone(),
     ));
-    tokio::spawn(replicaset::run(
+    tokio::spawn(run_pod_owner(
         client.clone(),
         replicasets,
         pods.clone(),
         replicaset_wake,
         shutdown.clone(),
     ));
-    tokio::spawn(job::run(client, jobs, pods, job_wake, shutdown));
+    tokio::spawn(run_pod_owner(client, jobs, pods, job_wake, shutdown));
+}
+
+/// A kind whose controller owns pods directly: ReplicaSets and Jobs share
+/// one loop and differ only in how one owner is synced.
+trait PodOwner: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
+    /// Brings one owner's pods and status to what its spec asks for.
+    fn sync(
+        client: &kube::Client,
+        owner: &Self,
+        mine: &[&Pod],
+        expectations: &mut Expectations,
+    ) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// Every round: each live owner whose earlier writes the pod cache already
+/// shows is synced against the pods it controls.
+async fn run_pod_owner<K: PodOwner>(
+    client: kube::Client,
+    owners: Store<K>,
+    pods: Store<Pod>,
+    wake: Arc<Subscriber>,
+    shutdown: CancellationToken,
+) {
+    if !informer::ready(&owners, &shutdown).await || !informer::ready(&pods, &shutdown).await {
+        return;
+    }
+    let kind = K::kind(&());
+    let mut expectations = Expectations::default();
+    loop {
+        let owned = by_controller(&pods, &kind);
+        for owner in owners.state() {
+            if owner.meta().deletion_timestamp.is_some() {
+                continue;
+            }
+            let uid = owner.meta().uid.clone().unwrap_or_default();
+            let mine: Vec<&Pod> = owned
+                .get(&uid)
+                .map(|v| v.iter().map(Arc::as_ref).collect())
+                .unwrap_or_default();
+            let seen = |name: &str| {
+                mine.iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(name))
+                    .map(|p| (resource_version(*p), plan::pods::is_active(p)))
+            };
+            if !expectations.satisfied(&uid, seen) {
+                continue;
+            }
+            K::sync(&client, &owner, &mine, &mut expectations).await;
+        }
+        if !next_round(&wake, &shutdown).await {
+            return;
+        }
+    }
 }
 
 /// Waits for a change, the resync period or shutdown (false).
