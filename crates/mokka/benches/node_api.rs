@@ -9,8 +9,9 @@
 //! answered (one rack's 100 agents; then 1,000 agents under an
 //! inventory-wide change).
 //!
-//! Run: `cargo bench -p mokka --bench node_api -- [nodes] [policies] [clients] [seconds] [runs]`
-//! (defaults 10000 1000 64 10 3).
+//! Run: `cargo bench -p mokka --bench node_api -- [nodes] [policies] [clients] [seconds] [runs] [rate]`
+//! (defaults 10000 1000 64 10 3 5000): closed-loop runs (the sustained
+//! rate), then open-loop runs at `rate` requests/s (the latency there).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,8 +75,96 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// `clients` keep-alive clients asking for random Nodes' assignments for
+/// `seconds`. Closed loop without `rate`; with it, each client sends
+/// `rate / clients` requests per second on a fixed schedule and a latency
+/// runs from the scheduled send (no coordinated omission).
+async fn load(
+    http: &Http,
+    port: u16,
+    uids: &Arc<Vec<(String, String)>>,
+    clients: usize,
+    seconds: u64,
+    rate: Option<usize>,
+) -> Vec<Duration> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let interval = rate.map(|rate| Duration::from_secs_f64(clients as f64 / rate.max(1) as f64));
+    let mut workers = Vec::new();
+    for worker in 0..clients {
+        let http = http.clone();
+        let uids = Arc::clone(uids);
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut next = worker.wrapping_mul(7919);
+            // Spread the clients' schedules over one interval.
+            let mut scheduled =
+                interval.map(|interval| started + interval.mul_f64(worker as f64 / clients as f64));
+            loop {
+                let sent = match (&mut scheduled, interval) {
+                    (Some(at), Some(interval)) => {
+                        let this = *at;
+                        *at += interval;
+                        tokio::time::sleep_until(this.into()).await;
+                        this
+                    }
+                    _ => Instant::now(),
+                };
+                if sent >= deadline {
+                    break;
+                }
+                next = (next.wrapping_mul(1_103_515_245).wrapping_add(12_345)) % uids.len();
+                let (name, uid) = &uids[next];
+                let (status, _) = request(
+                    &http,
+                    port,
+                    &format!("/v1alpha1/nodes/{name}/assignment?uid={uid}"),
+                    None,
+                )
+                .await;
+                latencies.push(sent.elapsed());
+                assert_eq!(status, 200, "{name}");
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for worker in workers {
+        latencies.extend(worker.await.expect("client"));
+    }
+    latencies.sort();
+    latencies
+}
+
+fn print_run(
+    run: usize,
+    nodes: usize,
+    policies: usize,
+    clients: usize,
+    latencies: &[Duration],
+    elapsed: Duration,
+    load_before: &str,
+) {
+    println!(
+        "| {run} | {nodes} | {policies} | {clients} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {load_before} → {} |",
+        latencies.len(),
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        percentile(latencies, 0.50).as_secs_f64() * 1e3,
+        percentile(latencies, 0.99).as_secs_f64() * 1e3,
+        latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        load_average(),
+    );
+}
+
 #[allow(clippy::too_many_lines)]
-async fn bench(nodes: usize, policies: usize, clients: usize, seconds: u64, runs: usize) {
+async fn bench(
+    nodes: usize,
+    policies: usize,
+    clients: usize,
+    seconds: u64,
+    runs: usize,
+    rate: usize,
+) {
     let racks = nodes / NODES_PER_RACK;
     let sim = kube_sim::KubeSim::builder()
         .kubelet(kube_sim::KubeletConfig::disabled())
@@ -255,51 +344,48 @@ async fn bench(nodes: usize, policies: usize, clients: usize, seconds: u64, runs
     assert_eq!(request(&http, port, &path(0), None).await.0, 200);
 
     println!(
+        "Closed loop: each client sends its next request when the last is answered (the rate is what the server sustains)."
+    );
+    println!();
+    println!(
         "| run | Nodes | policies | clients | requests | req/s | p50 | p99 | max | load before → after |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for run in 1..=runs {
         let load_before = load_average();
-        let deadline = Instant::now() + Duration::from_secs(seconds);
         let started = Instant::now();
-        let mut workers = Vec::new();
-        for worker in 0..clients {
-            let http = http.clone();
-            let uids = Arc::clone(&uids);
-            workers.push(tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                let mut next = worker.wrapping_mul(7919);
-                while Instant::now() < deadline {
-                    next = (next.wrapping_mul(1_103_515_245).wrapping_add(12_345)) % uids.len();
-                    let (name, uid) = &uids[next];
-                    let sent = Instant::now();
-                    let (status, _) = request(
-                        &http,
-                        port,
-                        &format!("/v1alpha1/nodes/{name}/assignment?uid={uid}"),
-                        None,
-                    )
-                    .await;
-                    latencies.push(sent.elapsed());
-                    assert_eq!(status, 200, "{name}");
-                }
-                latencies
-            }));
-        }
-        let mut latencies = Vec::new();
-        for worker in workers {
-            latencies.extend(worker.await.expect("client"));
-        }
-        let elapsed = started.elapsed();
-        latencies.sort();
-        println!(
-            "| {run} | {nodes} | {policies} | {clients} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {load_before} → {} |",
-            latencies.len(),
-            latencies.len() as f64 / elapsed.as_secs_f64(),
-            percentile(&latencies, 0.50).as_secs_f64() * 1e3,
-            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-            latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
-            load_average(),
+        let latencies = load(&http, port, &uids, clients, seconds, None).await;
+        print_run(
+            run,
+            nodes,
+            policies,
+            clients,
+            &latencies,
+            started.elapsed(),
+            &load_before,
+        );
+    }
+    println!();
+    println!(
+        "Open loop at {rate} requests/s: every client sends on a fixed schedule; a latency is measured from the scheduled send, so a stalled server's queue counts."
+    );
+    println!();
+    println!(
+        "| run | Nodes | policies | clients | requests | req/s | p50 | p99 | max | load before → after |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for run in 1..=runs {
+        let load_before = load_average();
+        let started = Instant::now();
+        let latencies = load(&http, port, &uids, clients, seconds, Some(rate)).await;
+        print_run(
+            run,
+            nodes,
+            policies,
+            clients,
+            &latencies,
+            started.elapsed(),
+            &load_before,
         );
     }
 
@@ -426,5 +512,6 @@ fn main() {
         arg(2, 64),
         arg(3, 10) as u64,
         arg(4, 3),
+        arg(5, 5_000),
     ));
 }

@@ -36,6 +36,12 @@ impl AssignmentSnapshot {
     }
 }
 
+/// One bound slot of a cached rack, shared with the cache (read-only).
+pub(crate) struct BoundSlot {
+    pub rack: Arc<SGPURack>,
+    pub node_index: i32,
+}
+
 /// The effective runtime of one GPU of a logical Node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuRuntime {
@@ -97,6 +103,21 @@ impl ReadApi {
         name: &str,
         uid: &str,
     ) -> Result<Vec<AssignmentSnapshot>, ReadError> {
+        Ok(self
+            .bound_slots(name, uid)?
+            .into_iter()
+            .map(|slot| AssignmentSnapshot {
+                rack: (*slot.rack).clone(),
+                node_index: slot.node_index,
+            })
+            .collect())
+    }
+
+    /// [`Self::assignments_for_node`] without the copies: the cached racks
+    /// themselves, shared. The node API answers from these because copying
+    /// a 100-Node rack (its managedFields are large JSON trees) cost more
+    /// than the rest of an answer together.
+    pub(crate) fn bound_slots(&self, name: &str, uid: &str) -> Result<Vec<BoundSlot>, ReadError> {
         if name.is_empty() || uid.is_empty() {
             return Err(ReadError::ExactIdentityRequired);
         }
@@ -107,24 +128,24 @@ impl ReadApi {
         racks.sort_by(|a, b| {
             (&a.metadata.name, &a.metadata.uid).cmp(&(&b.metadata.name, &b.metadata.uid))
         });
-        let mut snapshots = Vec::new();
+        let mut slots = Vec::new();
         for rack in racks {
-            let mut slots: Vec<i32> = rack
+            let mut indexes: Vec<i32> = rack
                 .spec
                 .nodes
                 .iter()
                 .filter(|slot| slot.bound_to(name, uid))
                 .map(|slot| slot.index)
                 .collect();
-            slots.sort_unstable();
-            for node_index in slots {
-                snapshots.push(AssignmentSnapshot {
-                    rack: (*rack).clone(),
+            indexes.sort_unstable();
+            for node_index in indexes {
+                slots.push(BoundSlot {
+                    rack: Arc::clone(&rack),
                     node_index,
                 });
             }
         }
-        Ok(snapshots)
+        Ok(slots)
     }
 
     /// The effective runtime of every GPU of the assignment's logical Node,
@@ -136,13 +157,21 @@ impl ReadApi {
         &self,
         assignment: &AssignmentSnapshot,
     ) -> Result<Vec<GpuRuntime>, ReadError> {
-        let Some(node) = assignment.node() else {
+        self.slot_runtime(&assignment.rack, assignment.node_index)
+    }
+
+    /// [`Self::effective_runtime`] of slot `node_index` of `rack`.
+    pub(crate) fn slot_runtime(
+        &self,
+        rack: &SGPURack,
+        node_index: i32,
+    ) -> Result<Vec<GpuRuntime>, ReadError> {
+        let Some(node) = rack.spec.node_by_index(node_index) else {
             return Err(ReadError::RackAndNodeRequired);
         };
         if !self.ready() {
             return Err(ReadError::CacheNotReady);
         }
-        let rack = &assignment.rack;
         let inventory_ref = &rack.spec.inventory_ref;
         match self.context.inventories.get(&inventory_ref.name) {
             Some(inventory)

@@ -43,20 +43,20 @@ pub fn node_assignments(
     name: &str,
     uid: &str,
 ) -> Result<NodeAssignments, ReadError> {
-    let snapshots = read.assignments_for_node(name, uid)?;
-    let mut assignments = Vec::with_capacity(snapshots.len());
-    for snapshot in &snapshots {
-        let runtimes = read.effective_runtime(snapshot)?;
-        // effective_runtime checked that the cached profile is the rack's.
+    let slots = read.bound_slots(name, uid)?;
+    let mut assignments = Vec::with_capacity(slots.len());
+    for slot in &slots {
+        let runtimes = read.slot_runtime(&slot.rack, slot.node_index)?;
+        // slot_runtime checked that the cached profile is the rack's.
         let profile = read
-            .cached_profile(&snapshot.rack.spec.profile_ref.name)
+            .cached_profile(&slot.rack.spec.profile_ref.name)
             .ok_or_else(|| {
                 ReadError::StaleRuntimeInputs(format!(
                     "SGPURackProfile {:?} is no longer cached",
-                    snapshot.rack.spec.profile_ref.name
+                    slot.rack.spec.profile_ref.name
                 ))
             })?;
-        let view = assignment_view(&snapshot.rack, snapshot.node_index, &profile, |index| {
+        let view = assignment_view(&slot.rack, slot.node_index, &profile, |index| {
             runtimes
                 .iter()
                 .find(|gpu| gpu.index == index)
