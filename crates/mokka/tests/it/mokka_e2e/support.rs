@@ -108,6 +108,12 @@ impl Cluster {
 
     /// kube-sim whatever the lane (tests of kube-sim's fault injection).
     pub async fn start_sim() -> Cluster {
+        Self::start_sim_with_kinds(|_| true).await
+    }
+
+    /// kube-sim serving only the Mokka kinds (CRD `spec.names.kind`) that
+    /// `keep` accepts: an install of an older upstream without some kinds.
+    pub async fn start_sim_with_kinds(keep: impl Fn(&str) -> bool) -> Cluster {
         // No simulated kubelet: Mokka's Nodes need none, and its Node status
         // patches would take faults aimed at the controller's Node writes.
         let sim = KubeSim::builder()
@@ -122,7 +128,7 @@ impl Cluster {
             client,
             node_token: String::new(),
         };
-        cluster.install_crds().await;
+        cluster.install_crds_of(keep).await;
         cluster.create_namespace(LEASE_NAMESPACE).await;
         cluster
     }
@@ -176,8 +182,15 @@ impl Cluster {
     }
 
     async fn install_crds(&self) {
+        self.install_crds_of(|_| true).await;
+    }
+
+    async fn install_crds_of(&self, keep: impl Fn(&str) -> bool) {
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        for crd in mokka::crds() {
+        for crd in mokka::crds()
+            .into_iter()
+            .filter(|crd| keep(&crd.spec.names.kind))
+        {
             crds.create(&PostParams::default(), &crd)
                 .await
                 .expect("the generated CRDs are accepted");
@@ -387,9 +400,15 @@ impl Cluster {
 
     /// Starts a replica; returns once it has synced caches.
     pub async fn start_replica(&self, identity: &str) -> Replica {
+        self.start_replica_with(identity, Options::default()).await
+    }
+
+    /// Starts a replica with `options` (status debounce forced to zero so
+    /// tests need not wait for it); returns once it has synced caches.
+    pub async fn start_replica_with(&self, identity: &str, options: Options) -> Replica {
         let options = Options {
             status_debounce: Duration::ZERO,
-            ..Options::default()
+            ..options
         };
         let controller = Arc::new(
             MokkaController::new(self.controller_client.clone(), options)
@@ -427,7 +446,12 @@ impl Cluster {
 
     /// Starts a replica and waits until it leads with running workers.
     pub async fn start_leader(&self, identity: &str) -> Replica {
-        let replica = self.start_replica(identity).await;
+        self.start_leader_with(identity, Options::default()).await
+    }
+
+    /// [`Cluster::start_leader`] with `options`.
+    pub async fn start_leader_with(&self, identity: &str, options: Options) -> Replica {
+        let replica = self.start_replica_with(identity, options).await;
         let controller = Arc::clone(&replica.controller);
         eventually("the replica to lead", || async {
             controller.leader_ready().then_some(())
