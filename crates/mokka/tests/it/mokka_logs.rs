@@ -12,75 +12,28 @@ use serde_json::{Value, json};
 
 use crate::mokka_e2e::support::*;
 
-/// The controller's JSON log lines (the binary's format: flattened fields).
-#[derive(Clone, Default)]
-struct JsonLog(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
-
-impl JsonLog {
-    /// Installs the capture as this process's subscriber (nextest runs each
-    /// test in its own process), with Mokka's debug messages.
-    fn install() -> Self {
-        let log = Self::default();
-        tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_env_filter(tracing_subscriber::EnvFilter::new("info,mokka=debug"))
-            .with_writer(log.clone())
-            .try_init()
-            .expect("the log capture needs its own process: run the tests with cargo nextest");
-        log
-    }
-
-    /// Every line, parsed (a line that is not JSON fails the test).
-    fn lines(&self) -> Vec<Value> {
-        String::from_utf8_lossy(&self.0.lock())
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-            .collect()
-    }
-
-    /// The lines with this message.
-    fn with_message(&self, message: &str) -> Vec<Value> {
-        self.lines()
+/// Waits for a line with `message` whose fields include `fields`.
+async fn wait_for(log: &CapturedLog, message: &str, fields: Value) -> Value {
+    eventually(&format!("log {message:?} with {fields}"), || async {
+        with_message(log, message)
             .into_iter()
-            .filter(|line| line["message"] == message)
-            .collect()
-    }
+            .find(|line| has_fields(line, &fields))
+    })
+    .await
+}
 
-    /// Waits for a line with `message` whose fields include `fields`.
-    async fn wait_for(&self, message: &str, fields: Value) -> Value {
-        eventually(&format!("log {message:?} with {fields}"), || async {
-            self.with_message(message)
-                .into_iter()
-                .find(|line| has_fields(line, &fields))
-        })
-        .await
-    }
+/// The lines with this message.
+fn with_message(log: &CapturedLog, message: &str) -> Vec<Value> {
+    log.json_lines()
+        .into_iter()
+        .filter(|line| line["message"] == message)
+        .collect()
 }
 
 fn has_fields(line: &Value, fields: &Value) -> bool {
     fields
         .as_object()
         .is_some_and(|fields| fields.iter().all(|(key, value)| &line[key] == value))
-}
-
-impl std::io::Write for JsonLog {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for JsonLog {
-    type Writer = JsonLog;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
 }
 
 /// Upstream's info messages (the debug ones repeat with every query or evaluation).
@@ -95,8 +48,8 @@ const DECISION_MESSAGES: [&str; 8] = [
     "Runtime policy condition changed",
 ];
 
-fn decision_lines(log: &JsonLog) -> usize {
-    log.lines()
+fn decision_lines(log: &CapturedLog) -> usize {
+    log.json_lines()
         .iter()
         .filter(|line| DECISION_MESSAGES.iter().any(|m| line["message"] == *m))
         .count()
@@ -111,7 +64,8 @@ fn group(count: i32) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields() {
-    let log = JsonLog::install();
+    // The binary's format, with Mokka's debug messages.
+    let log = CapturedLog::install_json("info,mokka=debug");
     let cluster = Cluster::start_sim().await;
     cluster.create_profile("shape", 1, 1).await;
     let node_a = cluster.create_node("node-a", "logs").await;
@@ -126,12 +80,12 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
 
     // Two racks created, each Node assigned to one of them.
     for (index, name) in names.iter().enumerate() {
-        let created = log
-            .wait_for(
-                "Created rack",
-                json!({"inventory": "inv", "rack": name, "rackGroup": "compute", "rackIndex": index}),
-            )
-            .await;
+        let created = wait_for(
+            &log,
+            "Created rack",
+            json!({"inventory": "inv", "rack": name, "rackGroup": "compute", "rackIndex": index}),
+        )
+        .await;
         assert_eq!(created["level"], "INFO");
         assert!(created["uid"].as_str().is_some_and(|uid| !uid.is_empty()));
         assert!(
@@ -141,12 +95,12 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
         );
     }
     for node in [&node_a, &node_b] {
-        let assigned = log
-            .wait_for(
-                "Assigned Node to logical rack Node",
-                json!({"inventory": "inv", "node": node.name_any(), "nodeUID": node.uid().unwrap(), "rackGroup": "compute", "nodeIndex": 0}),
-            )
-            .await;
+        let assigned = wait_for(
+            &log,
+            "Assigned Node to logical rack Node",
+            json!({"inventory": "inv", "node": node.name_any(), "nodeUID": node.uid().unwrap(), "rackGroup": "compute", "nodeIndex": 0}),
+        )
+        .await;
         assert!(names.iter().any(|name| assigned["rack"] == name.as_str()));
     }
     eventually("the inventory to be Programmed", || async {
@@ -154,7 +108,7 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
         (condition(&inventory, "Programmed")?.0 == "True").then_some(())
     })
     .await;
-    assert_eq!(log.with_message("Created rack").len(), 2);
+    assert_eq!(with_message(&log, "Created rack").len(), 2);
 
     // Converged: status passes and resyncs log none of the decisions again.
     let settled = decision_lines(&log);
@@ -175,20 +129,20 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
         )
         .await;
     let policy_uid = cluster.policies().get("warm").await.unwrap().uid().unwrap();
-    let decided = log
-        .wait_for(
-            "Runtime policy decided",
-            json!({"inventory": "inv", "policy": "warm", "uid": policy_uid, "outcome": "Accepted", "scope": "Rack"}),
-        )
-        .await;
+    let decided = wait_for(
+        &log,
+        "Runtime policy decided",
+        json!({"inventory": "inv", "policy": "warm", "uid": policy_uid, "outcome": "Accepted", "scope": "Rack"}),
+    )
+    .await;
     assert_eq!(decided["level"], "DEBUG");
     assert_eq!(decided["detail"], "The policy applies at Rack scope.");
-    let changed = log
-        .wait_for(
-            "Runtime policy condition changed",
-            json!({"policy": "warm", "uid": policy_uid, "inventory": "inv", "condition": "Accepted", "status": "True", "reason": "Accepted"}),
-        )
-        .await;
+    let changed = wait_for(
+        &log,
+        "Runtime policy condition changed",
+        json!({"policy": "warm", "uid": policy_uid, "inventory": "inv", "condition": "Accepted", "status": "True", "reason": "Accepted"}),
+    )
+    .await;
     assert_eq!(changed["level"], "INFO");
     assert!(
         changed.get("oldStatus").is_none_or(Value::is_null),
@@ -205,12 +159,12 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
         .effective_runtime(&assignments[0])
         .unwrap();
     assert_eq!(runtime.len(), 1);
-    let compiled = log
-        .wait_for(
-            "Compiled GPU runtime",
-            json!({"inventory": "inv", "node": "node-a", "nodeIndex": 0, "gpus": 1}),
-        )
-        .await;
+    let compiled = wait_for(
+        &log,
+        "Compiled GPU runtime",
+        json!({"inventory": "inv", "node": "node-a", "nodeIndex": 0, "gpus": 1}),
+    )
+    .await;
     assert_eq!(compiled["level"], "DEBUG");
 
     // A profile edit moves its revision: both racks re-render.
@@ -238,7 +192,8 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
     })
     .await;
     for name in &names {
-        log.wait_for(
+        wait_for(
+            &log,
             "Re-rendered rack",
             json!({"inventory": "inv", "rack": name, "profileRevision": revision_after}),
         )
@@ -247,8 +202,7 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
 
     // node-b leaves the group's selector: cleaned up, then released from
     // its slot by a plain rack update.
-    let b_rack = log
-        .with_message("Assigned Node to logical rack Node")
+    let b_rack = with_message(&log, "Assigned Node to logical rack Node")
         .into_iter()
         .find(|line| line["node"] == "node-b")
         .and_then(|line| line["rack"].as_str().map(str::to_string))
@@ -262,13 +216,18 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
         )
         .await
         .unwrap();
-    log.wait_for(
+    wait_for(
+        &log,
         "Released Node from logical rack Node",
         json!({"inventory": "inv", "rack": b_rack, "node": "node-b", "nodeUID": node_b.uid().unwrap(), "nodeIndex": 0, "reason": "SelectorMismatch"}),
     )
     .await;
-    log.wait_for("Updated rack", json!({"inventory": "inv", "rack": b_rack}))
-        .await;
+    wait_for(
+        &log,
+        "Updated rack",
+        json!({"inventory": "inv", "rack": b_rack}),
+    )
+    .await;
 
     // The inventory shrinks to one rack: rack 1 is retired.
     cluster
@@ -276,12 +235,12 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
         .patch("inv", &PatchParams::default(), &Patch::Merge(group(1)))
         .await
         .unwrap();
-    let deleted = log
-        .wait_for(
-            "Deleted rack",
-            json!({"inventory": "inv", "rack": names[1], "reason": "CapacityShrink"}),
-        )
-        .await;
+    let deleted = wait_for(
+        &log,
+        "Deleted rack",
+        json!({"inventory": "inv", "rack": names[1], "reason": "CapacityShrink"}),
+    )
+    .await;
     assert!(deleted["uid"].as_str().is_some_and(|uid| !uid.is_empty()));
 
     // The inventory is deleted: its last rack goes, node-a with it, then the finalizer.
@@ -295,17 +254,20 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
         .delete("inv", &Default::default())
         .await
         .unwrap();
-    log.wait_for(
+    wait_for(
+        &log,
         "Released Node from logical rack Node",
         json!({"inventory": "inv", "rack": names[0], "node": "node-a", "reason": "InventoryDeleting"}),
     )
     .await;
-    log.wait_for(
+    wait_for(
+        &log,
         "Deleted rack",
         json!({"inventory": "inv", "rack": names[0], "reason": "InventoryDeleting"}),
     )
     .await;
-    log.wait_for(
+    wait_for(
+        &log,
         "Released inventory cleanup finalizer",
         json!({"inventory": "inv", "uid": uid}),
     )

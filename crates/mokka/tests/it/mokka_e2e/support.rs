@@ -635,3 +635,67 @@ pub async fn hold_lease(cluster: &Cluster, holder: &str, seconds: i32) -> Lease 
         .await
         .expect("the test holds the Lease")
 }
+
+/// The controller's log lines, kept for the tests that check its messages.
+#[derive(Clone, Default)]
+pub struct CapturedLog(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    /// Installs the capture (text lines, info and above) as this process's
+    /// subscriber: nextest runs each test in its own process, so it sees
+    /// this test's lines only.
+    pub fn install() -> Self {
+        let log = Self::default();
+        tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .try_init()
+            .expect("the log capture needs its own process: run the tests with cargo nextest");
+        log
+    }
+
+    /// Like [`CapturedLog::install`], in the binary's JSON form (fields
+    /// flattened into each line), filtered by the `EnvFilter` `directives`.
+    pub fn install_json(directives: &str) -> Self {
+        let log = Self::default();
+        tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(directives))
+            .with_writer(log.clone())
+            .try_init()
+            .expect("the log capture needs its own process: run the tests with cargo nextest");
+        log
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
+    }
+
+    /// Every line, parsed (for a JSON capture; a line that is not JSON fails the test).
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.text()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
+    type Writer = CapturedLog;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
