@@ -83,35 +83,21 @@ fn an_unknown_feature_gate_or_a_non_boolean_value_stops_the_process_naming_the_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn feature_gates_switch_off_the_node_agent_api_and_events_and_show_on_metrics_and_in_the_json_log()
  {
-    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    let (sim, _dir, kubeconfig) = seeded_sim(1, &["node-a"]).await;
     let client = sim.client();
-    seed_one_rack(&client, 1, &["node-a"]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let port = free_port();
     let mut controller = KilledOnDrop {
         name: "gpufleet mokka --feature-gates",
-        child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        child: mokka_command(&kubeconfig, port)
             .args([
-                "mokka",
-                "--leader-election-namespace",
-                "default",
-                "--status-debounce",
-                "0s",
                 "--feature-gates",
                 " NodeAgentAPI=false , KubernetesEvents=false",
             ])
             .env("MOKKA_CP_FEATURE_GATES", "NotAGate=true")
-            .env("MOKKA_CP_KUBECONFIG", &kubeconfig)
-            .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
-            .env_remove("KUBECONFIG")
             .env_remove("MOKKA_LOG_FORMAT")
             .env_remove("MOKKA_LOG_LEVEL")
             .env_remove("MOKKA_CP_LOG_LEVEL")
             .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     };
@@ -181,13 +167,8 @@ async fn feature_gates_switch_off_the_node_agent_api_and_events_and_show_on_metr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_fleet_view_and_stops_on_sigterm()
  {
-    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    let (sim, _dir, kubeconfig) = seeded_sim(1, &["node-a"]).await;
     let client = sim.client();
-    seed_one_rack(&client, 1, &["node-a"]).await;
-
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let port = free_port();
     let ui_port = free_port();
     let mut controller = start_controller(&kubeconfig, port, ui_port);
@@ -325,6 +306,20 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_
     assert!(status.success(), "{status:?}");
 }
 
+/// kube-sim seeded by [`seed_one_rack`], a temporary directory and a
+/// kubeconfig file for the kube-sim in it.
+async fn seeded_sim(
+    gpus: i32,
+    nodes: &[&str],
+) -> (kube_sim::KubeSim, tempfile::TempDir, std::path::PathBuf) {
+    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    seed_one_rack(&sim.client(), gpus, nodes).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
+    (sim, dir, kubeconfig)
+}
+
 /// The Mokka CRDs, a profile of `nodes.len()` slots with `gpus` GPUs each,
 /// those eligible Nodes, and an inventory `inv` of one rack in group
 /// `compute`.
@@ -372,23 +367,30 @@ async fn seed_one_rack(client: &kube::Client, gpus: i32, nodes: &[&str]) {
 fn start_controller(kubeconfig: &std::path::Path, port: u16, ui_port: u16) -> KilledOnDrop {
     KilledOnDrop {
         name: "gpufleet mokka",
-        child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
-            .args([
-                "mokka",
-                "--leader-election-namespace",
-                "default",
-                "--status-debounce",
-                "0s",
-            ])
-            .env("MOKKA_CP_KUBECONFIG", kubeconfig)
-            .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        child: mokka_command(kubeconfig, port)
             .env("MOKKA_CP_UI_ADDR", format!("127.0.0.1:{ui_port}"))
-            .env_remove("KUBECONFIG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     }
+}
+
+/// `gpufleet mokka` on `kubeconfig` with its admin server on `port`, stderr piped.
+fn mokka_command(kubeconfig: &std::path::Path, port: u16) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gpufleet"));
+    command
+        .args([
+            "mokka",
+            "--leader-election-namespace",
+            "default",
+            "--status-debounce",
+            "0s",
+        ])
+        .env("MOKKA_CP_KUBECONFIG", kubeconfig)
+        .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
 }
 
 async fn node_uid(client: &kube::Client) -> String {
@@ -421,12 +423,8 @@ async fn the_fleet_view_of_gpufleet_mokka_ui_counts_the_clusters_gpus_and_shows_
 {
     use mokka::api::{SGPURack, SGPURuntimePolicy};
     crate::browser::chromium();
-    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    let (sim, dir, kubeconfig) = seeded_sim(4, &["node-a", "node-b"]).await;
     let client = sim.client();
-    seed_one_rack(&client, 4, &["node-a", "node-b"]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let ui_port = free_port();
     let mut controller = start_controller(&kubeconfig, free_port(), ui_port);
     // Both Nodes bound and projected: the view has everything to show.

@@ -143,6 +143,22 @@ async fn with_runtime_policies_off_policies_are_neither_applied_nor_given_a_stat
     on.stop().await;
 }
 
+/// Sets the rack count of `inv`'s one group.
+async fn resize(cluster: &Cluster, count: i32) {
+    cluster
+        .inventories()
+        .patch(
+            "inv",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"rackGroups": [{
+                "id": "compute", "count": count, "profileRef": {"name": "shape"},
+                "placement": {"nodeSelector": {"matchLabels": {"pool": "events"}}}
+            }]}})),
+        )
+        .await
+        .unwrap();
+}
+
 fn mokka_events(list: &[Event]) -> Vec<String> {
     list.iter()
         .filter(|event| event.reporting_controller.as_deref() == Some("mokka-controller"))
@@ -174,18 +190,7 @@ async fn with_kubernetes_events_off_decisions_are_made_but_no_event_is_written()
     );
     bound_and_projected(&cluster, &rack_name("inv", &uid, "compute", 0), "node-a").await;
     // A second rack: another create, another bind.
-    cluster
-        .inventories()
-        .patch(
-            "inv",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"rackGroups": [{
-                "id": "compute", "count": 2, "profileRef": {"name": "shape"},
-                "placement": {"nodeSelector": {"matchLabels": {"pool": "events"}}}
-            }]}})),
-        )
-        .await
-        .unwrap();
+    resize(&cluster, 2).await;
     bound_and_projected(&cluster, &rack_name("inv", &uid, "compute", 1), "node-b").await;
     assert!(off.controller.metrics().rack_writes_with_verb("create") >= 2);
     let list = events.list(&ListParams::default()).await.unwrap().items;
@@ -193,18 +198,7 @@ async fn with_kubernetes_events_off_decisions_are_made_but_no_event_is_written()
     off.stop().await;
 
     let on = cluster.start_leader("events-on").await;
-    cluster
-        .inventories()
-        .patch(
-            "inv",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"rackGroups": [{
-                "id": "compute", "count": 3, "profileRef": {"name": "shape"},
-                "placement": {"nodeSelector": {"matchLabels": {"pool": "events"}}}
-            }]}})),
-        )
-        .await
-        .unwrap();
+    resize(&cluster, 3).await;
     let reasons = eventually("a RackCreated event", || async {
         let list = events.list(&ListParams::default()).await.unwrap().items;
         let reasons = mokka_events(&list);
