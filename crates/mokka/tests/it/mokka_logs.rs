@@ -166,6 +166,20 @@ async fn every_upstream_log_message_is_emitted_at_its_decision_with_its_fields()
     )
     .await;
     assert_eq!(compiled["level"], "DEBUG");
+    // Policies are decided once per input revision, not per query.
+    let decided = with_message(&log, "Runtime policy decided").len();
+    for _ in 0..20 {
+        leader
+            .controller
+            .effective_runtime(&assignments[0])
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(with_message(&log, "Runtime policy decided").len(), decided);
+    assert_eq!(
+        with_message(&log, "Runtime policy condition changed").len(),
+        1
+    );
 
     // A profile edit moves its revision: both racks re-render.
     let revision_before = cluster
