@@ -17,6 +17,7 @@ use controller_kit::serve::AdminServer;
 use controller_kit::telemetry::LogLevel;
 use controller_kit::{LeaderElectionConfig, telemetry};
 use mokka::controller::MokkaController;
+use mokka::plan::features::FeatureGates;
 use mokka::plan::options::Options;
 use mokka::selector::{is_dns_label, is_dns_subdomain};
 use tokio_util::sync::CancellationToken;
@@ -103,8 +104,12 @@ pub struct RunArgs {
     /// Client-side request burst towards the API server.
     #[arg(long, default_value_t = 100, allow_negative_numbers = true)]
     pub kube_api_burst: i64,
-    /// Accepted for compatibility with upstream's chart; no gate exists yet.
-    #[arg(long, default_value = "")]
+    /// Gates of what gpufleet adds beyond upstream, Kubernetes' syntax:
+    /// `Name=true|false[,Name=bool...]`; empty means every default.
+    /// Gates: NodeAgentAPI (the /v1alpha1 node-agent API), KubernetesEvents
+    /// (Event objects), RuntimePolicies (watch and apply
+    /// SGPURuntimePolicies); all default to true.
+    #[arg(long, env = "MOKKA_CP_FEATURE_GATES", default_value = "")]
     pub feature_gates: String,
     /// gpufleet's fleet view (racks, their Nodes, each GPU's state,
     /// temperature and serial, gpuid's last inventory per Node, live) on
@@ -251,6 +256,8 @@ impl Config {
             status_debounce: to_std(debounce),
             status_progress_interval: to_std(progress),
             live_node_get_timeout: to_std(live),
+            features: FeatureGates::parse(&args.feature_gates)
+                .map_err(|e| error("--feature-gates (MOKKA_CP_FEATURE_GATES)", e.to_string()))?,
         };
         options.validate().map_err(|e| {
             error(
@@ -402,9 +409,6 @@ async fn client(config: &Config) -> anyhow::Result<kube::Client> {
 /// Runs the control plane until SIGINT/SIGTERM.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Config::from_args(&args, std::env::var("POD_NAMESPACE").ok())?;
-    if !args.feature_gates.is_empty() {
-        tracing::warn!(gates = %args.feature_gates, "--feature-gates has no gates yet; ignored");
-    }
     let client = client(&config).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(telemetry::cancel_on_signal(shutdown.clone()));
@@ -486,12 +490,21 @@ pub async fn run_controller(
 ) -> anyhow::Result<()> {
     let server_stop = CancellationToken::new();
     let mut server = plane.admin.map(|listen| {
+        let admin = AdminServer::new(controller.readiness(), controller.registry());
         // The node-agent API shares the port of /healthz, /readyz and /metrics.
-        let admin = AdminServer::new(controller.readiness(), controller.registry())
-            .merge(controller.node_api().router());
+        let admin = if plane.options.features.node_agent_api {
+            admin.merge(controller.node_api().router())
+        } else {
+            admin
+        };
         tokio::spawn(admin.bind_and_serve(listen, server_stop.clone()))
     });
-    tracing::info!(listen = ?plane.admin, lease = %format!("{}/{}", plane.election.namespace, plane.election.name), "starting Mokka control plane");
+    tracing::info!(
+        listen = ?plane.admin,
+        lease = %format!("{}/{}", plane.election.namespace, plane.election.name),
+        featureGates = %plane.options.features,
+        "starting Mokka control plane"
+    );
     let controller_run = Arc::clone(&controller).run(plane.election.clone(), shutdown.clone());
     // The server and the controller stop together: either one ending stops the other.
     let result = match server.as_mut() {
@@ -596,6 +609,38 @@ mod tests {
             .to_string();
         assert!(error.contains("--workers"), "{error}");
         assert!(rule(&["--leader-election-name", "Not_A_Name"]).contains("DNS-1123 subdomain"));
+    }
+
+    #[test]
+    fn feature_gates_come_from_the_flag_and_bad_items_name_the_flag_and_the_variable() {
+        assert_eq!(
+            Config::from_args(&args(&[]), None)
+                .unwrap()
+                .options
+                .features,
+            FeatureGates::default()
+        );
+        let config = Config::from_args(
+            &args(&[
+                "--feature-gates",
+                " NodeAgentAPI=false , KubernetesEvents=false",
+            ]),
+            None,
+        )
+        .unwrap();
+        let features = config.options.features;
+        assert!(!features.node_agent_api && !features.kubernetes_events);
+        assert!(features.runtime_policies);
+        let error = Config::from_args(&args(&["--feature-gates", "Foo=true"]), None).unwrap_err();
+        assert_eq!(error.flags, "--feature-gates (MOKKA_CP_FEATURE_GATES)");
+        assert!(
+            error.rule.contains("unrecognized feature gate \"Foo\""),
+            "{}",
+            error.rule
+        );
+        let error = Config::from_args(&args(&["--feature-gates", "RuntimePolicies=yes"]), None)
+            .unwrap_err();
+        assert!(error.rule.contains("is not a boolean"), "{}", error.rule);
     }
 
     #[test]

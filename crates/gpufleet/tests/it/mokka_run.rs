@@ -11,7 +11,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-use crate::support::{KilledOnDrop, free_port, poll_http};
+use crate::support::{KilledOnDrop, free_port, pipe_lines, poll_http};
 
 #[test]
 fn a_refused_configuration_names_the_flag_and_exits_before_contacting_a_cluster() {
@@ -34,16 +34,141 @@ fn a_refused_configuration_names_the_flag_and_exits_before_contacting_a_cluster(
     assert!(String::from_utf8_lossy(&output.stderr).contains("MOKKA_LOG_LEVEL"));
 }
 
+#[test]
+fn an_unknown_feature_gate_or_a_non_boolean_value_stops_the_process_naming_the_flag_the_variable_and_the_item()
+ {
+    let refused = |args: &[&str], env: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gpufleet"));
+        command
+            .arg("mokka")
+            .args(args)
+            .args(["--kubeconfig", "/nonexistent"])
+            .env_remove("MOKKA_CP_FEATURE_GATES");
+        if let Some(gates) = env {
+            command.env("MOKKA_CP_FEATURE_GATES", gates);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success(), "{args:?} {env:?} was accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            stderr.contains("--feature-gates (MOKKA_CP_FEATURE_GATES)"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
+    };
+    let stderr = refused(&[], Some("NodeAgentAPI=true, Foo=true"));
+    assert!(
+        stderr.contains(
+            "unrecognized feature gate \"Foo\" in item \"Foo=true\"; known gates: KubernetesEvents, NodeAgentAPI, RuntimePolicies"
+        ),
+        "{stderr}"
+    );
+    let stderr = refused(&["--feature-gates", "RuntimePolicies=maybe"], None);
+    assert!(
+        stderr.contains("item \"RuntimePolicies=maybe\": value \"maybe\" is not a boolean"),
+        "{stderr}"
+    );
+    let stderr = refused(&["--feature-gates", "KubernetesEvents"], None);
+    assert!(
+        stderr.contains("item \"KubernetesEvents\" must be Name=true or Name=false"),
+        "{stderr}"
+    );
+}
+
+/// `--feature-gates` beats `MOKKA_CP_FEATURE_GATES` (which would be refused
+/// here); with NodeAgentAPI and KubernetesEvents off the node-agent API is
+/// not served and no Event is written, /metrics shows every gate, and the
+/// JSON start line names them; upstream's decision messages follow in JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feature_gates_switch_off_the_node_agent_api_and_events_and_show_on_metrics_and_in_the_json_log()
+ {
+    let (sim, _dir, kubeconfig) = seeded_sim(1, &["node-a"]).await;
+    let client = sim.client();
+    let port = free_port();
+    let mut controller = KilledOnDrop {
+        name: "gpufleet mokka --feature-gates",
+        child: mokka_command(&kubeconfig, port)
+            .args([
+                "--feature-gates",
+                " NodeAgentAPI=false , KubernetesEvents=false",
+            ])
+            .env("MOKKA_CP_FEATURE_GATES", "NotAGate=true")
+            .env_remove("MOKKA_LOG_FORMAT")
+            .env_remove("MOKKA_LOG_LEVEL")
+            .env_remove("MOKKA_CP_LOG_LEVEL")
+            .env_remove("RUST_LOG")
+            .spawn()
+            .unwrap(),
+    };
+    let stderr = pipe_lines(controller.child.stderr.take().unwrap());
+    let metrics = poll_http(port, "/metrics", |status, body| {
+        status == 200 && body.contains(r#"mokka_rack_writes_total{verb="create"} 1"#)
+    })
+    .await;
+    for (gate, value) in [
+        ("KubernetesEvents", 0),
+        ("NodeAgentAPI", 0),
+        ("RuntimePolicies", 1),
+    ] {
+        assert!(
+            metrics.contains(&format!(
+                r#"mokka_feature_enabled{{name="{gate}"}} {value}"#
+            )),
+            "{gate}: {metrics}"
+        );
+    }
+    let (code, _) = poll_http_status(port, "/v1alpha1/openapi.json").await;
+    assert_eq!(code, 404, "the node-agent API is off");
+    let (code, _) = poll_http_status(port, "/healthz").await;
+    assert_eq!(code, 200);
+
+    // JSON by default: the start line with the gates, then the decisions.
+    let mut wanted: Vec<(&str, &str, &str)> = vec![
+        (
+            "starting Mokka control plane",
+            "featureGates",
+            "KubernetesEvents=false,NodeAgentAPI=false,RuntimePolicies=true",
+        ),
+        ("Created rack", "inventory", "inv"),
+        ("Assigned Node to logical rack Node", "node", "node-a"),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while !wanted.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = stderr.recv_timeout(left) else {
+            panic!("never logged {wanted:?}; lines:\n{}", seen.join("\n"));
+        };
+        if let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) {
+            wanted.retain(|(message, key, value)| {
+                !(json["message"] == *message && json[*key] == *value)
+            });
+        } else {
+            panic!("a log line that is not JSON: {line}");
+        }
+        seen.push(line);
+    }
+    // Gates off: the rack was created and the Node bound without an Event.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let written: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|event| event.reporting_controller.as_deref() == Some("mokka-controller"))
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
+    let status = controller.terminate().await;
+    assert!(status.success(), "{status:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_fleet_view_and_stops_on_sigterm()
  {
-    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    let (sim, _dir, kubeconfig) = seeded_sim(1, &["node-a"]).await;
     let client = sim.client();
-    seed_one_rack(&client, 1, &["node-a"]).await;
-
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let port = free_port();
     let ui_port = free_port();
     let mut controller = start_controller(&kubeconfig, port, ui_port);
@@ -181,6 +306,20 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_
     assert!(status.success(), "{status:?}");
 }
 
+/// kube-sim seeded by [`seed_one_rack`], a temporary directory and a
+/// kubeconfig file for the kube-sim in it.
+async fn seeded_sim(
+    gpus: i32,
+    nodes: &[&str],
+) -> (kube_sim::KubeSim, tempfile::TempDir, std::path::PathBuf) {
+    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    seed_one_rack(&sim.client(), gpus, nodes).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
+    (sim, dir, kubeconfig)
+}
+
 /// The Mokka CRDs, a profile of `nodes.len()` slots with `gpus` GPUs each,
 /// those eligible Nodes, and an inventory `inv` of one rack in group
 /// `compute`.
@@ -228,23 +367,30 @@ async fn seed_one_rack(client: &kube::Client, gpus: i32, nodes: &[&str]) {
 fn start_controller(kubeconfig: &std::path::Path, port: u16, ui_port: u16) -> KilledOnDrop {
     KilledOnDrop {
         name: "gpufleet mokka",
-        child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
-            .args([
-                "mokka",
-                "--leader-election-namespace",
-                "default",
-                "--status-debounce",
-                "0s",
-            ])
-            .env("MOKKA_CP_KUBECONFIG", kubeconfig)
-            .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        child: mokka_command(kubeconfig, port)
             .env("MOKKA_CP_UI_ADDR", format!("127.0.0.1:{ui_port}"))
-            .env_remove("KUBECONFIG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     }
+}
+
+/// `gpufleet mokka` on `kubeconfig` with its admin server on `port`, stderr piped.
+fn mokka_command(kubeconfig: &std::path::Path, port: u16) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gpufleet"));
+    command
+        .args([
+            "mokka",
+            "--leader-election-namespace",
+            "default",
+            "--status-debounce",
+            "0s",
+        ])
+        .env("MOKKA_CP_KUBECONFIG", kubeconfig)
+        .env("MOKKA_CP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
 }
 
 async fn node_uid(client: &kube::Client) -> String {
@@ -277,12 +423,8 @@ async fn the_fleet_view_of_gpufleet_mokka_ui_counts_the_clusters_gpus_and_shows_
 {
     use mokka::api::{SGPURack, SGPURuntimePolicy};
     crate::browser::chromium();
-    let sim = kube_sim::KubeSim::builder().start().await.unwrap();
+    let (sim, dir, kubeconfig) = seeded_sim(4, &["node-a", "node-b"]).await;
     let client = sim.client();
-    seed_one_rack(&client, 4, &["node-a", "node-b"]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
     let ui_port = free_port();
     let mut controller = start_controller(&kubeconfig, free_port(), ui_port);
     // Both Nodes bound and projected: the view has everything to show.

@@ -7,6 +7,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
+use crate::plan::features::{FeatureGate, FeatureGates};
+
 type Labels = Vec<(String, String)>;
 
 /// Every metric the reconcilers update.
@@ -28,6 +30,8 @@ pub struct Metrics {
     /// Cluster-plan allocations, per `kind`: `incremental` (the kept
     /// `Allocator` fed the changes) or `rebuild` (built from the whole input).
     pub allocation_updates: Family<Labels, Counter>,
+    /// The feature gates in force: 1 on, 0 off, per gate `name`.
+    pub features: Family<Labels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -50,6 +54,7 @@ impl Metrics {
             node_patches: Counter::default(),
             racks_visited: Family::default(),
             allocation_updates: Family::default(),
+            features: Family::default(),
         };
         let mut r = registry.write();
         r.register(
@@ -112,7 +117,27 @@ impl Metrics {
             "Cluster-plan allocations, incremental or rebuilt from the whole input",
             metrics.allocation_updates.clone(),
         );
+        r.register(
+            "mokka_feature_enabled",
+            "Feature gates in force (--feature-gates): 1 on, 0 off, per gate name",
+            metrics.features.clone(),
+        );
         metrics
+    }
+
+    pub(crate) fn set_features(&self, gates: &FeatureGates) {
+        for (gate, enabled) in gates.states() {
+            self.features
+                .get_or_create(&Self::label("name", gate.name()))
+                .set(i64::from(enabled));
+        }
+    }
+
+    /// The `mokka_feature_enabled` value of one gate (1 on, 0 off).
+    pub fn feature_enabled(&self, gate: FeatureGate) -> i64 {
+        self.features
+            .get_or_create(&Self::label("name", gate.name()))
+            .get()
     }
 
     pub(crate) fn label(key: &str, value: &str) -> Labels {

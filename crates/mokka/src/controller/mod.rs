@@ -13,6 +13,7 @@
 //! asks the planner and writes.
 
 mod allocation;
+mod events;
 mod metrics;
 pub mod node_api;
 pub mod nodes;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use controller_kit::caches::CacheError;
+use controller_kit::caches::{CacheError, DetachedStore};
 use controller_kit::leader::{ElectionOutcome, LeaderElectionMetrics};
 use controller_kit::{
     CachedStore, Caches, Coalescer, CoalescerConfig, EventSink, LeaderElectionConfig,
@@ -50,6 +51,7 @@ pub use state::{Outcome, OutcomeState};
 use crate::allocate::GroupKey;
 use crate::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy};
 use crate::plan::options::{Options, OptionsError};
+use events::Events;
 use nodes::{LiveNodes, node_selector, transform_node};
 use state::Context;
 
@@ -199,24 +201,36 @@ impl MokkaController {
             watcher::Config::default().labels(&node_selector()),
             StoreOptions::default().transform(transform_node),
         )?;
-        let policies: CachedStore<SGPURuntimePolicy> = caches.add(
-            "sgpuruntimepolicies",
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            StoreOptions::default()
-                .transform(|policy: &mut SGPURuntimePolicy| {
-                    policy.metadata.managed_fields = None;
-                })
-                .index(
-                    policies::INDEX_POLICY_TARGET,
-                    |policy: &SGPURuntimePolicy| vec![policy.spec.target_ref.name.clone()],
-                ),
-        )?;
-        let events = EventSink::new(
-            client.clone(),
-            "mokka-controller",
-            std::env::var("POD_NAME").ok(),
+        let policy_store = StoreOptions::default()
+            .transform(|policy: &mut SGPURuntimePolicy| {
+                policy.metadata.managed_fields = None;
+            })
+            .index(
+                policies::INDEX_POLICY_TARGET,
+                |policy: &SGPURuntimePolicy| vec![policy.spec.target_ref.name.clone()],
+            );
+        let policies: CachedStore<SGPURuntimePolicy> = if options.features.runtime_policies {
+            caches.add(
+                "sgpuruntimepolicies",
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                policy_store,
+            )?
+        } else {
+            // Never watched: a cluster without the SGPURuntimePolicy CRD (or
+            // without RBAC on it) still syncs, and every runtime is the
+            // profile's defaults.
+            DetachedStore::new("sgpuruntimepolicies", policy_store).reader()
+        };
+        let events = Events::new(
+            EventSink::new(
+                client.clone(),
+                "mokka-controller",
+                std::env::var("POD_NAME").ok(),
+            ),
+            options.features.kubernetes_events,
         );
+        metrics.set_features(&options.features);
         let live_nodes = LiveNodes::new(
             client.clone(),
             options.workers,

@@ -190,6 +190,21 @@ pub(crate) fn evaluation(context: &Context, inventory: &str) -> Arc<EvaluationRe
         policies: &policies,
     }));
     context.evaluations.computed.fetch_add(1, Ordering::SeqCst);
+    // Once per input revision, not per query: a converged cluster logs nothing.
+    if let Ok(evaluation) = result.as_ref() {
+        for decision in evaluation.decisions() {
+            tracing::debug!(
+                inventory,
+                policy = %decision.name,
+                uid = %decision.uid,
+                generation = decision.generation,
+                scope = decision.scope.as_str(),
+                outcome = decision.outcome.as_str(),
+                detail = %decision.message,
+                "Runtime policy decided"
+            );
+        }
+    }
     let mut cache = context.evaluations.cache.lock();
     if cached_inventory.is_none() && policies.is_empty() {
         // Nothing to remember for a name nobody uses any more.

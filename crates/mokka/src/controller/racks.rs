@@ -21,7 +21,7 @@ use crate::allocate::GroupKey;
 use crate::api::{API_VERSION, SGPUInventory, SGPURack};
 use crate::plan::inventory::{
     ExactBinding, IssueKind, OwnershipConflict, PlanScope, ProfileIssue, RackPlanInput, RackWrite,
-    plan_inventory,
+    Release, plan_inventory,
 };
 use crate::plan::projection::FIELD_MANAGER;
 use crate::plan::rack::{
@@ -189,9 +189,10 @@ async fn reconcile(
         .writes
         .iter()
         .flat_map(|write| match write {
-            RackWrite::Update { released, .. } | RackWrite::Delete { released, .. } => {
-                released.clone()
-            }
+            RackWrite::Update { released, .. } | RackWrite::Delete { released, .. } => released
+                .iter()
+                .map(|release| release.binding.clone())
+                .collect(),
             RackWrite::Create(_) => Vec::new(),
         })
         .collect();
@@ -321,7 +322,15 @@ async fn execute(
             match api.create(&post_params(), &rack).await {
                 Ok(created) => {
                     context.metrics.rack_write("create");
-                    tracing::info!(rack = %rack_name, inventory = %inventory.name_any(), "Created rack");
+                    tracing::info!(
+                        inventory = %inventory.name_any(),
+                        rack = %rack_name,
+                        uid = created.metadata.uid.as_deref().unwrap_or_default(),
+                        rackGroup = %created.spec.identity.rack_group,
+                        rackIndex = created.spec.identity.rack_index,
+                        profileRevision = %created.spec.profile_ref.revision,
+                        "Created rack"
+                    );
                     context
                         .events
                         .publish_or_log(
@@ -400,8 +409,15 @@ async fn execute(
             }
             let written = replace_with_retry(&api, *desired).await?;
             context.metrics.rack_write("update");
+            let uid = written.metadata.uid.as_deref().unwrap_or_default();
             if rerendered {
-                tracing::info!(rack = %rack_name, profileRevision = %written.spec.profile_ref.revision, "Re-rendered rack");
+                tracing::info!(
+                    inventory = %inventory.name_any(),
+                    rack = %rack_name,
+                    uid,
+                    profileRevision = %written.spec.profile_ref.revision,
+                    "Re-rendered rack"
+                );
                 context
                     .events
                     .publish_or_log(
@@ -416,18 +432,27 @@ async fn execute(
                     )
                     .await;
             } else {
-                tracing::info!(rack = %rack_name, "Updated rack");
+                tracing::info!(
+                    inventory = %inventory.name_any(),
+                    rack = %rack_name,
+                    uid,
+                    "Updated rack"
+                );
             }
             for binding in &bound {
                 log_bound(context, &written, binding).await;
             }
-            for binding in &released {
-                log_released(context, &written, binding).await;
+            for release in &released {
+                log_released(context, &written, release).await;
             }
-            context.released(&released);
+            context.released(released.iter().map(|release| &release.binding));
             Ok(())
         }
-        RackWrite::Delete { rack, released } => {
+        RackWrite::Delete {
+            rack,
+            reason,
+            released,
+        } => {
             let rack_name = rack.name_any();
             let mut current = (*rack).clone();
             if current
@@ -448,7 +473,7 @@ async fn execute(
                 current = match api.replace(&rack_name, &post_params(), &current).await {
                     Ok(updated) => updated,
                     Err(error) if is_status(&error, 404) => {
-                        context.released(&released);
+                        context.released(released.iter().map(|release| &release.binding));
                         return Ok(());
                     }
                     Err(error) if is_status(&error, 409) => {
@@ -487,11 +512,17 @@ async fn execute(
                 }
             }
             context.metrics.rack_write("delete");
-            for binding in &released {
-                log_released(context, &rack, binding).await;
+            for release in &released {
+                log_released(context, &rack, release).await;
             }
-            context.released(&released);
-            tracing::info!(rack = %rack_name, "Deleted rack");
+            context.released(released.iter().map(|release| &release.binding));
+            tracing::info!(
+                inventory = %inventory.name_any(),
+                rack = %rack_name,
+                uid = rack.metadata.uid.as_deref().unwrap_or_default(),
+                reason = reason.as_str(),
+                "Deleted rack"
+            );
             context
                 .events
                 .publish_or_log(
@@ -546,7 +577,16 @@ async fn replace_with_retry(api: &Api<SGPURack>, desired: SGPURack) -> Result<SG
 }
 
 async fn log_bound(context: &Context, rack: &SGPURack, binding: &ExactBinding) {
-    tracing::info!(rack = %binding.rack_name, nodeIndex = binding.node_index, node = %binding.node.name, nodeUID = %binding.node.uid, "Assigned Node to logical rack Node");
+    tracing::info!(
+        inventory = %binding.inventory_name,
+        rack = %binding.rack_name,
+        rackGroup = %binding.group,
+        rackIndex = binding.rack_index,
+        nodeIndex = binding.node_index,
+        node = %binding.node.name,
+        nodeUID = %binding.node.uid,
+        "Assigned Node to logical rack Node"
+    );
     context
         .events
         .publish_or_log(
@@ -562,8 +602,19 @@ async fn log_bound(context: &Context, rack: &SGPURack, binding: &ExactBinding) {
         .await;
 }
 
-async fn log_released(context: &Context, rack: &SGPURack, binding: &ExactBinding) {
-    tracing::info!(rack = %binding.rack_name, nodeIndex = binding.node_index, node = %binding.node.name, "Released Node from logical rack Node");
+async fn log_released(context: &Context, rack: &SGPURack, release: &Release) {
+    let binding = &release.binding;
+    tracing::info!(
+        inventory = %binding.inventory_name,
+        rack = %binding.rack_name,
+        rackGroup = %binding.group,
+        rackIndex = binding.rack_index,
+        nodeIndex = binding.node_index,
+        node = %binding.node.name,
+        nodeUID = %binding.node.uid,
+        reason = release.reason.as_str(),
+        "Released Node from logical rack Node"
+    );
     context
         .events
         .publish_or_log(
@@ -572,8 +623,10 @@ async fn log_released(context: &Context, rack: &SGPURack, binding: &ExactBinding
             "NodeReleased",
             "Release",
             Some(format!(
-                "Released Node {} from logical Node {}",
-                binding.node.name, binding.node_index
+                "Released Node {} from logical Node {} ({})",
+                binding.node.name,
+                binding.node_index,
+                release.reason.as_str()
             )),
         )
         .await;
@@ -636,7 +689,7 @@ async fn release_inventory_finalizer(
         finalizers.retain(|f| f != FINALIZER_INVENTORY_CLEANUP);
     })
     .await?;
-    tracing::info!(inventory = %name, "Released inventory cleanup finalizer");
+    tracing::info!(inventory = %name, uid, "Released inventory cleanup finalizer");
     Ok(())
 }
 

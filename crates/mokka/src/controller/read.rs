@@ -213,7 +213,7 @@ impl ReadApi {
             .defaults
             .as_ref()
             .and_then(|defaults| defaults.runtime.as_ref());
-        Ok(node
+        let compiled: Vec<GpuRuntime> = node
             .gpus
             .iter()
             .map(|gpu| GpuRuntime {
@@ -228,7 +228,19 @@ impl ReadApi {
                     },
                 ),
             })
-            .collect())
+            .collect();
+        tracing::debug!(
+            inventory = %inventory_ref.name,
+            rack = rack.metadata.name.as_deref().unwrap_or_default(),
+            rackGroup = %rack.spec.identity.rack_group,
+            rackIndex = rack.spec.identity.rack_index,
+            nodeIndex = node.index,
+            node = node.node_ref.as_ref().map(|bound| bound.name.as_str()),
+            gpus = compiled.len(),
+            profileGeneration = profile_ref.generation,
+            "Compiled GPU runtime"
+        );
+        Ok(compiled)
     }
 
     /// The cached profile of this name (for callers rendering a Node's shape).

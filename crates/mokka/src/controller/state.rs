@@ -7,11 +7,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use controller_kit::{CachedStore, EventSink};
+use controller_kit::CachedStore;
 use k8s_openapi::api::core::v1::Node;
 use parking_lot::Mutex;
 
 use super::allocation::{LiveAllocation, SyncWork};
+use super::events::Events;
 use super::metrics::Metrics;
 use super::nodes::LiveNodes;
 use super::policies::PolicyEvaluations;
@@ -91,7 +92,7 @@ pub(crate) struct Context {
     /// Policy evaluations per inventory, cached per input revision.
     pub evaluations: PolicyEvaluations,
     pub live_nodes: LiveNodes,
-    pub events: EventSink,
+    pub events: Events,
     pub metrics: Metrics,
     pub catalog: Mutex<NodeCatalog>,
     /// Bumped by every inventory, profile and rack event.
@@ -126,7 +127,7 @@ impl Context {
         nodes: CachedStore<Node>,
         policies: CachedStore<SGPURuntimePolicy>,
         live_nodes: LiveNodes,
-        events: EventSink,
+        events: Events,
         metrics: Metrics,
     ) -> Self {
         Self {
@@ -320,7 +321,7 @@ impl Context {
 
     /// A binding's slot was cleared or its rack deleted: its acknowledgement
     /// is no longer needed.
-    pub fn released(&self, bindings: &[ExactBinding]) {
+    pub fn released<'a>(&self, bindings: impl IntoIterator<Item = &'a ExactBinding>) {
         let mut book = self.cleanup.lock();
         for binding in bindings {
             book.acknowledged.remove(binding);

@@ -49,6 +49,10 @@ pub(crate) async fn reconcile_status(
 
 /// The summary of an inventory's policy decisions.
 fn policy_summary(context: &Context, inventory: &str) -> Option<RuntimePolicySummary> {
+    if !context.options.features.runtime_policies {
+        // Policies are not watched: a count of zero would claim there are none.
+        return None;
+    }
     let evaluation = super::policies::evaluation(context, inventory);
     let evaluation = evaluation.as_ref().as_ref().ok()?;
     let count = |outcome: PolicyOutcome| {
@@ -143,11 +147,16 @@ async fn write_policy_status(
                 if before != after {
                     tracing::info!(
                         policy = name,
-                        old_status = before.as_ref().map(|c| c.0.as_str()),
-                        old_reason = before.as_ref().map(|c| c.1.as_str()),
+                        uid = %decision.uid,
+                        inventory = %cached.spec.target_ref.name,
+                        generation = decision.generation,
+                        condition = CONDITION_ACCEPTED,
+                        oldStatus = before.as_ref().map(|c| c.0.as_str()),
+                        oldReason = before.as_ref().map(|c| c.1.as_str()),
                         status = after.as_ref().map(|c| c.0.as_str()),
                         reason = after.as_ref().map(|c| c.1.as_str()),
-                        "runtime policy condition changed"
+                        detail = %decision.message,
+                        "Runtime policy condition changed"
                     );
                 }
                 return Ok(());

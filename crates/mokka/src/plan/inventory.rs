@@ -451,14 +451,24 @@ pub enum RackWrite {
         /// Bindings this write adds, for logs and events.
         bound: Vec<ExactBinding>,
         /// Bindings this write clears after their cleanup.
-        released: Vec<ExactBinding>,
+        released: Vec<Release>,
     },
     /// A retired rack with every cleanup done: drop our finalizer, then
     /// delete with UID and resourceVersion preconditions.
     Delete {
         rack: Arc<SGPURack>,
-        released: Vec<ExactBinding>,
+        /// Why the rack is retired.
+        reason: CleanupReason,
+        released: Vec<Release>,
     },
+}
+
+/// A binding a rack write clears (its cleanup is acknowledged), and why
+/// its Node was released, for logs and events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub binding: ExactBinding,
+    pub reason: CleanupReason,
 }
 
 /// What a full inventory reconcile decided.
@@ -741,18 +751,17 @@ pub fn plan_inventory(input: &RackPlanInput<'_>) -> RackPlan {
                 let Some(binding) = ExactBinding::of(&existing, slot.index) else {
                     continue;
                 };
-                if (input.acknowledged)(&binding) && target.node_ref.is_none() {
-                    released.push(binding);
-                } else {
-                    let reason = release_reason
+                let reason = CleanupReason::Released(
+                    release_reason
                         .get(&(group.id.as_str(), index, slot.index, old.uid.as_str()))
                         .copied()
-                        .unwrap_or(ReleaseReason::CapacityShrink);
+                        .unwrap_or(ReleaseReason::CapacityShrink),
+                );
+                if (input.acknowledged)(&binding) && target.node_ref.is_none() {
+                    released.push(Release { binding, reason });
+                } else {
                     target.node_ref = Some(old.clone());
-                    plan.cleanups.push(CleanupNeeded {
-                        binding,
-                        reason: CleanupReason::Released(reason),
-                    });
+                    plan.cleanups.push(CleanupNeeded { binding, reason });
                 }
             }
             if let Err(error) = crate::render::validate_rack_spec(&desired.spec) {
@@ -860,7 +869,7 @@ fn retire(
             {
                 slot.node_ref = None;
             }
-            released.push(binding);
+            released.push(Release { binding, reason });
         } else {
             remaining = true;
             plan.cleanups.push(CleanupNeeded { binding, reason });
@@ -869,6 +878,7 @@ fn retire(
     if !remaining {
         plan.writes.push(RackWrite::Delete {
             rack: Arc::clone(rack),
+            reason,
             released,
         });
     } else if !released.is_empty() {

@@ -200,7 +200,9 @@ fn a_shrink_waits_for_cleanup_then_retires() {
     assert!(
         matches!(
             plan.writes.as_slice(),
-            [RackWrite::Delete { rack, released }] if rack.metadata.name.as_deref() == Some(cleanup.binding.rack_name.as_str()) && released == &vec![cleanup.binding.clone()]
+            [RackWrite::Delete { rack, reason, released }] if rack.metadata.name.as_deref() == Some(cleanup.binding.rack_name.as_str())
+                && *reason == CleanupReason::Released(ReleaseReason::CapacityShrink)
+                && released == &vec![Release { binding: cleanup.binding.clone(), reason: *reason }]
         ),
         "{:?}",
         plan.writes

@@ -6,9 +6,11 @@
 //! * [`rack`]: the metadata stamped on racks and rack ownership;
 //! * [`projection`]: the three projected Node keys, ownership and decisions;
 //! * [`status`]: conditions and counts;
-//! * [`options`]: controller options and their validation.
+//! * [`options`]: controller options and their validation;
+//! * [`features`]: the feature gates (`--feature-gates`).
 
 pub mod catalog;
+pub mod features;
 pub mod inventory;
 #[cfg(test)]
 mod inventory_tests;

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use super::features::FeatureGates;
+
 /// Worker concurrency, status coalescing and the live Node GET bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -15,6 +17,8 @@ pub struct Options {
     pub status_progress_interval: Duration,
     /// Bound of the exact GET of a Node that left the filtered cache (0: the default).
     pub live_node_get_timeout: Duration,
+    /// What gpufleet adds beyond upstream, switched by `--feature-gates`.
+    pub features: FeatureGates,
 }
 
 /// The default live Node GET bound.
@@ -27,6 +31,7 @@ impl Default for Options {
             status_debounce: Duration::from_millis(100),
             status_progress_interval: Duration::from_secs(1),
             live_node_get_timeout: DEFAULT_LIVE_NODE_GET_TIMEOUT,
+            features: FeatureGates::default(),
         }
     }
 }

@@ -4,3 +4,5 @@ mod crds;
 mod examples;
 mod mokka_e2e;
 mod mokka_faults;
+mod mokka_features;
+mod mokka_logs;

@@ -169,47 +169,6 @@ async fn the_live_node_get_timeout_bounds_a_server_that_does_not_answer() {
     ));
 }
 
-/// The controller's log lines, kept for the tests that check its messages.
-#[derive(Clone, Default)]
-struct CapturedLog(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
-
-impl CapturedLog {
-    /// Installs the capture as this process's subscriber: nextest runs each
-    /// test in its own process, so it sees this test's lines only.
-    fn install() -> Self {
-        let log = Self::default();
-        tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .try_init()
-            .expect("the log capture needs its own process: run the tests with cargo nextest");
-        log
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock()).into_owned()
-    }
-}
-
-impl std::io::Write for CapturedLog {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
-    type Writer = CapturedLog;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 /// Report 5.3 sentence 25: a status write that keeps failing for one policy
 /// neither stops nor delays the status of the next one, the joined error
 /// names the policy that failed, and the failed one converges once the

@@ -108,6 +108,12 @@ impl Cluster {
 
     /// kube-sim whatever the lane (tests of kube-sim's fault injection).
     pub async fn start_sim() -> Cluster {
+        Self::start_sim_with_kinds(|_| true).await
+    }
+
+    /// kube-sim serving only the Mokka kinds (CRD `spec.names.kind`) that
+    /// `keep` accepts: an install of an older upstream without some kinds.
+    pub async fn start_sim_with_kinds(keep: impl Fn(&str) -> bool) -> Cluster {
         // No simulated kubelet: Mokka's Nodes need none, and its Node status
         // patches would take faults aimed at the controller's Node writes.
         let sim = KubeSim::builder()
@@ -122,7 +128,7 @@ impl Cluster {
             client,
             node_token: String::new(),
         };
-        cluster.install_crds().await;
+        cluster.install_crds_of(keep).await;
         cluster.create_namespace(LEASE_NAMESPACE).await;
         cluster
     }
@@ -176,8 +182,15 @@ impl Cluster {
     }
 
     async fn install_crds(&self) {
+        self.install_crds_of(|_| true).await;
+    }
+
+    async fn install_crds_of(&self, keep: impl Fn(&str) -> bool) {
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        for crd in mokka::crds() {
+        for crd in mokka::crds()
+            .into_iter()
+            .filter(|crd| keep(&crd.spec.names.kind))
+        {
             crds.create(&PostParams::default(), &crd)
                 .await
                 .expect("the generated CRDs are accepted");
@@ -387,9 +400,15 @@ impl Cluster {
 
     /// Starts a replica; returns once it has synced caches.
     pub async fn start_replica(&self, identity: &str) -> Replica {
+        self.start_replica_with(identity, Options::default()).await
+    }
+
+    /// Starts a replica with `options` (status debounce forced to zero so
+    /// tests need not wait for it); returns once it has synced caches.
+    pub async fn start_replica_with(&self, identity: &str, options: Options) -> Replica {
         let options = Options {
             status_debounce: Duration::ZERO,
-            ..Options::default()
+            ..options
         };
         let controller = Arc::new(
             MokkaController::new(self.controller_client.clone(), options)
@@ -427,7 +446,12 @@ impl Cluster {
 
     /// Starts a replica and waits until it leads with running workers.
     pub async fn start_leader(&self, identity: &str) -> Replica {
-        let replica = self.start_replica(identity).await;
+        self.start_leader_with(identity, Options::default()).await
+    }
+
+    /// [`Cluster::start_leader`] with `options`.
+    pub async fn start_leader_with(&self, identity: &str, options: Options) -> Replica {
+        let replica = self.start_replica_with(identity, options).await;
         let controller = Arc::clone(&replica.controller);
         eventually("the replica to lead", || async {
             controller.leader_ready().then_some(())
@@ -610,4 +634,68 @@ pub async fn hold_lease(cluster: &Cluster, holder: &str, seconds: i32) -> Lease 
         .create(&PostParams::default(), &lease)
         .await
         .expect("the test holds the Lease")
+}
+
+/// The controller's log lines, kept for the tests that check its messages.
+#[derive(Clone, Default)]
+pub struct CapturedLog(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    /// Installs the capture (text lines, info and above) as this process's
+    /// subscriber: nextest runs each test in its own process, so it sees
+    /// this test's lines only.
+    pub fn install() -> Self {
+        let log = Self::default();
+        tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .try_init()
+            .expect("the log capture needs its own process: run the tests with cargo nextest");
+        log
+    }
+
+    /// Like [`CapturedLog::install`], in the binary's JSON form (fields
+    /// flattened into each line), filtered by the `EnvFilter` `directives`.
+    pub fn install_json(directives: &str) -> Self {
+        let log = Self::default();
+        tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(directives))
+            .with_writer(log.clone())
+            .try_init()
+            .expect("the log capture needs its own process: run the tests with cargo nextest");
+        log
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
+    }
+
+    /// Every line, parsed (for a JSON capture; a line that is not JSON fails the test).
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.text()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
+    type Writer = CapturedLog;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
 }
