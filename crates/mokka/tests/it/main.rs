@@ -6,3 +6,4 @@ mod mokka_e2e;
 mod mokka_faults;
 mod mokka_features;
 mod mokka_logs;
+mod node_api_reviews;

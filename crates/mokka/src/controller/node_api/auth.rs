@@ -7,6 +7,7 @@
 //! polling often cost the API server little.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -14,6 +15,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
@@ -57,6 +59,37 @@ pub struct Authenticator {
     ttl: Duration,
     tokens: Mutex<HashMap<Digest32, Cached<Result<Caller, String>>>>,
     rights: Mutex<HashMap<String, Cached<bool>>>,
+    token_reviews: Flights<Digest32>,
+    access_reviews: Flights<String>,
+}
+
+/// One review in flight per key: when a cached answer expires, every
+/// request of that caller arriving meanwhile waits for the one review
+/// instead of sending its own (an agent fleet sharing a token would
+/// otherwise send one review per waiting request at every expiry).
+struct Flights<K> {
+    gates: Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Flights<K> {
+    fn new() -> Self {
+        Self {
+            gates: Mutex::default(),
+        }
+    }
+
+    fn gate(&self, key: &K) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(self.gates.lock().entry(key.clone()).or_default())
+    }
+
+    /// Forgets the gate once nobody else holds it.
+    fn release(&self, key: &K, gate: Arc<tokio::sync::Mutex<()>>) {
+        let mut gates = self.gates.lock();
+        // The map's handle and ours: nobody else waits.
+        if Arc::strong_count(&gate) <= 2 {
+            gates.remove(key);
+        }
+    }
 }
 
 fn remember<K: std::hash::Hash + Eq, T>(
@@ -90,6 +123,8 @@ impl Authenticator {
             ttl,
             tokens: Mutex::default(),
             rights: Mutex::default(),
+            token_reviews: Flights::new(),
+            access_reviews: Flights::new(),
         }
     }
 
@@ -113,11 +148,35 @@ impl Authenticator {
     /// Who `token` speaks for, by TokenReview.
     pub async fn authenticate(&self, token: &str) -> Result<Caller, AuthError> {
         let digest: Digest32 = Sha256::digest(token.as_bytes()).into();
-        if let Some(cached) = self.tokens.lock().get(&digest)
-            && cached.at.elapsed() < self.ttl
-        {
-            return cached.value.clone().map_err(AuthError::Unauthenticated);
+        if let Some(cached) = self.cached_token(&digest) {
+            return cached.map_err(AuthError::Unauthenticated);
         }
+        let gate = self.token_reviews.gate(&digest);
+        let result = {
+            let _one_review = gate.lock().await;
+            match self.cached_token(&digest) {
+                Some(cached) => Ok(cached),
+                None => self.review_token(token, digest).await,
+            }
+        };
+        self.token_reviews.release(&digest, gate);
+        result?.map_err(AuthError::Unauthenticated)
+    }
+
+    fn cached_token(&self, digest: &Digest32) -> Option<Result<Caller, String>> {
+        self.tokens
+            .lock()
+            .get(digest)
+            .filter(|cached| cached.at.elapsed() < self.ttl)
+            .map(|cached| cached.value.clone())
+    }
+
+    /// The TokenReview itself; its answer (either way) is remembered.
+    async fn review_token(
+        &self,
+        token: &str,
+        digest: Digest32,
+    ) -> Result<Result<Caller, String>, AuthError> {
         let reviews: Api<TokenReview> = Api::all(self.client.clone());
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -148,7 +207,7 @@ impl Authenticator {
             )),
         };
         remember(&mut self.tokens.lock(), digest, result.clone(), self.ttl);
-        result.map_err(AuthError::Unauthenticated)
+        Ok(result)
     }
 
     /// Whether `caller` may read the assignment of Node `node`.
@@ -169,11 +228,31 @@ impl Authenticator {
                 caller.username
             )));
         }
-        if let Some(cached) = self.rights.lock().get(&caller.username)
-            && cached.at.elapsed() < self.ttl
-        {
-            return self.verdict(caller, cached.value);
+        if let Some(allowed) = self.cached_right(&caller.username) {
+            return self.verdict(caller, allowed);
         }
+        let gate = self.access_reviews.gate(&caller.username);
+        let allowed = {
+            let _one_review = gate.lock().await;
+            match self.cached_right(&caller.username) {
+                Some(allowed) => Ok(allowed),
+                None => self.review_access(caller).await,
+            }
+        };
+        self.access_reviews.release(&caller.username, gate);
+        self.verdict(caller, allowed?)
+    }
+
+    fn cached_right(&self, username: &str) -> Option<bool> {
+        self.rights
+            .lock()
+            .get(username)
+            .filter(|cached| cached.at.elapsed() < self.ttl)
+            .map(|cached| cached.value)
+    }
+
+    /// The SubjectAccessReview itself; its answer is remembered.
+    async fn review_access(&self, caller: &Caller) -> Result<bool, AuthError> {
         let reviews: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -203,7 +282,7 @@ impl Authenticator {
             allowed,
             self.ttl,
         );
-        self.verdict(caller, allowed)
+        Ok(allowed)
     }
 
     fn verdict(&self, caller: &Caller, allowed: bool) -> Result<(), AuthError> {

@@ -5,6 +5,7 @@
 //! `GET /v1alpha1/openapi.json` describes it. Every replica with synced
 //! caches answers; nothing here writes.
 
+mod answers;
 pub mod auth;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::node_view::{
     AssignmentQuery, NodeAssignments, ObjectIdentity, assignment_view, encode, if_none_match_names,
     parse_query, validate_node_name,
 };
+use answers::{AnswerCache, Encoded};
 use auth::{AuthError, Authenticator};
 
 /// The OpenAPI 3 description served at `/v1alpha1/openapi.json`.
@@ -34,6 +36,7 @@ pub const RETRY_AFTER_SECONDS: u64 = 2;
 pub struct NodeApi {
     read: ReadApi,
     auth: Authenticator,
+    answers: AnswerCache,
 }
 
 /// Builds the answer for one Node from the read API: the same code path
@@ -79,6 +82,7 @@ impl NodeApi {
         Self {
             read,
             auth: Authenticator::new(client),
+            answers: AnswerCache::default(),
         }
     }
 
@@ -153,7 +157,7 @@ fn read_error(failure: &ReadError) -> Response {
     }
 }
 
-fn ok(body: Vec<u8>, etag: &str) -> Response {
+fn ok(body: bytes::Bytes, etag: &str) -> Response {
     let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -205,17 +209,18 @@ async fn assignment(
         .get(header::IF_NONE_MATCH)
         .and_then(|value| value.to_str().ok())
         .map(str::to_string);
-    answer(&api.read, &name, &request, known.as_deref()).await
+    answer(&api, &name, &request, known.as_deref()).await
 }
 
 /// The current answer; with `watch` and a matching `If-None-Match`, the
 /// first different answer within the timeout, else 304 at the timeout.
 async fn answer(
-    read: &ReadApi,
+    api: &NodeApi,
     name: &str,
     request: &AssignmentQuery,
     known: Option<&str>,
 ) -> Response {
+    let read = &api.read;
     let mut changes = read.changes();
     let deadline = request
         .watch
@@ -223,10 +228,27 @@ async fn answer(
     loop {
         // Marked seen before computing: a change during the computation
         // wakes the wait below instead of being missed.
-        changes.borrow_and_update();
-        let (body, etag) = match node_assignments(read, name, &request.uid) {
-            Ok(view) => encode(&view),
-            Err(failure) => return read_error(&failure),
+        let revision = *changes.borrow_and_update();
+        let kept = if read.ready() {
+            api.answers.get(revision, name, &request.uid)
+        } else {
+            None
+        };
+        let Encoded { body, etag } = match kept {
+            Some(kept) => kept,
+            None => match node_assignments(read, name, &request.uid) {
+                Ok(view) => {
+                    let (body, etag) = encode(&view);
+                    let encoded = Encoded {
+                        body: body.into(),
+                        etag,
+                    };
+                    api.answers
+                        .put(revision, name, &request.uid, encoded.clone());
+                    encoded
+                }
+                Err(failure) => return read_error(&failure),
+            },
         };
         let unchanged = known.is_some_and(|known| if_none_match_names(known, &etag));
         if !unchanged {
