@@ -78,8 +78,17 @@ fn parse_args() -> Args {
 
 /// The child: kube-sim with its kubelet, until stdin closes.
 async fn serve_sim() {
+    // The TFJob operator needs no Deployment, ReplicaSet or Job
+    // controller; kube-sim's group every pod by owner on each change,
+    // which at 11,000 pods took more of the child's CPU than anything else
+    // (docs/benchmarks.md), so they are off here.
+    let kubelet = kube_sim::KubeletConfig {
+        workloads: false,
+        ..kube_sim::KubeletConfig::default()
+    };
     let sim = kube_sim::KubeSim::builder()
         .port(0)
+        .kubelet(kubelet)
         .watch_history(400_000)
         .start()
         .await

@@ -10,6 +10,7 @@
 //!   observes, asks the planner, and acts.
 
 pub mod api;
+pub mod events;
 pub mod metrics;
 pub mod plan;
 pub mod pod_groups;

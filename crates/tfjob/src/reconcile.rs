@@ -10,7 +10,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use controller_kit::{Action, CachedStore, EventSink, ReconcileError};
+use controller_kit::{Action, CachedStore, ReconcileError};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::api::{
     Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
@@ -21,8 +22,13 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
+use crate::events::EventQueue;
 use crate::plan::{self, ChildAction, EventType, PlanConfig, PlannedEvent, conditions, names};
 use crate::pod_groups::{self, PodGroupStore, PodGroupWrite};
+
+/// Child writes of one pass in flight at once; bounded so one big job
+/// does not flood the API server.
+const CHILD_WRITES_IN_FLIGHT: usize = 16;
 
 /// Index of pods and Services by the UID of their controlling TFJob.
 pub const INDEX_OWNER: &str = "tfjob-owner";
@@ -84,7 +90,8 @@ pub struct Context {
     /// PriorityClasses, when gang scheduling is on.
     pub priority_classes: Option<CachedStore<k8s_openapi::api::scheduling::v1::PriorityClass>>,
     pub config: PlanConfig,
-    pub events: EventSink,
+    /// Events are queued here and written in the background.
+    pub events: EventQueue,
     pub metrics: crate::metrics::Metrics,
     emitted: Mutex<HashSet<String>>,
     written: Mutex<HashMap<String, WrittenStatus>>,
@@ -106,7 +113,7 @@ impl Context {
         client: kube::Client,
         stores: Stores,
         config: PlanConfig,
-        events: EventSink,
+        events: EventQueue,
         metrics: crate::metrics::Metrics,
     ) -> Self {
         Self {
@@ -251,15 +258,22 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     // cleanup's SuccessfulDeletePod.
     let reference = job_reference(&object);
     for event in plan.events {
-        publish_planned(ctx, &reference, namespace, event).await;
+        publish_planned(ctx, &reference, namespace, event);
     }
-    let mut first_error: Option<ReconcileFailure> = None;
-    for action in plan.actions {
-        if let Err(error) = execute(ctx, namespace, &reference, action).await {
-            tracing::warn!(%error, "child action failed");
-            first_error.get_or_insert(error);
-        }
+    // The actions of one pass touch distinct children (a retried pod is
+    // deleted here and re-created by a later pass, once the cache shows it
+    // gone), so they run side by side: a new job's 22 creates would
+    // otherwise wait on each other's round trips.
+    let failures: Vec<ReconcileFailure> = stream::iter(plan.actions)
+        .map(|action| execute(ctx, namespace, &reference, action))
+        .buffer_unordered(CHILD_WRITES_IN_FLIGHT)
+        .filter_map(|result| async move { result.err() })
+        .collect()
+        .await;
+    for error in &failures {
+        tracing::warn!(%error, "child action failed");
     }
+    let first_error = failures.into_iter().next();
     match (first_error, plan.requeue_after) {
         (Some(error), _) => Err(Box::new(error)),
         (None, Some(after)) => Ok(Action::RequeueAfter(after)),
@@ -376,14 +390,14 @@ where
         Ok(_) => {
             let message = format!("Created {}: {name}", kind.noun);
             let reason = format!("SuccessfulCreate{}", kind.title);
-            event(ctx, reference, KubeEventType::Normal, &reason, message).await;
+            event(ctx, reference, KubeEventType::Normal, &reason, message);
             Ok(true)
         }
         Err(error) if is_status(&error, 409) => Ok(false),
         Err(source) => {
             let reason = format!("FailedCreate{}", kind.title);
             let message = format!("Error creating: {source}");
-            event(ctx, reference, KubeEventType::Warning, &reason, message).await;
+            event(ctx, reference, KubeEventType::Warning, &reason, message);
             Err(ReconcileFailure::Api {
                 what: kind.creating,
                 name,
@@ -410,14 +424,14 @@ where
         Ok(_) => {
             let message = format!("Deleted {}: {name}", kind.noun);
             let reason = format!("SuccessfulDelete{}", kind.title);
-            event(ctx, reference, KubeEventType::Normal, &reason, message).await;
+            event(ctx, reference, KubeEventType::Normal, &reason, message);
             Ok(true)
         }
         Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(false),
         Err(source) => {
             let reason = format!("FailedDelete{}", kind.title);
             let message = format!("Error deleting: {source}");
-            event(ctx, reference, KubeEventType::Warning, &reason, message).await;
+            event(ctx, reference, KubeEventType::Warning, &reason, message);
             Err(ReconcileFailure::Api {
                 what: kind.deleting,
                 name,
@@ -523,8 +537,7 @@ async fn execute(
                         KubeEventType::Normal,
                         "SuccessfulDeletePodGroup",
                         message,
-                    )
-                    .await;
+                    );
                     Ok(())
                 }
                 Ok(false) => Ok(()),
@@ -536,8 +549,7 @@ async fn execute(
                         KubeEventType::Warning,
                         "FailedDeletePodGroup",
                         message,
-                    )
-                    .await;
+                    );
                     Err(error)
                 }
             }
@@ -555,8 +567,7 @@ async fn execute(
                         KubeEventType::Normal,
                         "SuccessfulDeleteJob",
                         message,
-                    )
-                    .await;
+                    );
                     Ok(())
                 }
                 Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
@@ -568,8 +579,7 @@ async fn execute(
                         KubeEventType::Warning,
                         "FailedDeleteJob",
                         message,
-                    )
-                    .await;
+                    );
                     Err(ReconcileFailure::Api {
                         what: "deleting tfjob",
                         name,
@@ -664,7 +674,7 @@ async fn write_status(
     })
 }
 
-async fn publish_planned(
+fn publish_planned(
     ctx: &Context,
     reference: &ObjectReference,
     namespace: &str,
@@ -687,19 +697,18 @@ async fn publish_planned(
         EventType::Normal => KubeEventType::Normal,
         EventType::Warning => KubeEventType::Warning,
     };
-    event(ctx, reference, type_, &planned.reason, planned.message).await;
+    event(ctx, reference, type_, &planned.reason, planned.message);
 }
 
-async fn event(
+/// Queues an Event; the pass does not wait for it to be written.
+fn event(
     ctx: &Context,
     reference: &ObjectReference,
     type_: KubeEventType,
     reason: &str,
     message: String,
 ) {
-    ctx.events
-        .publish_or_log(reference, type_, reason, "Reconcile", Some(message))
-        .await;
+    ctx.events.publish(reference, type_, reason, message);
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
 use crate::api::{PodGroupApi, PodGroupObject, TFJobObject};
+use crate::events::{self, EventQueue};
 use crate::metrics::Metrics;
 use crate::plan::PlanConfig;
 use crate::plan::gang::GangScheduler;
@@ -190,11 +191,11 @@ impl Operator {
             ),
             None => None,
         };
-        let events = EventSink::new(
+        let events = EventQueue::new(EventSink::new(
             client.clone(),
             "tf-operator",
             std::env::var("POD_NAME").ok(),
-        );
+        ));
         let context = Arc::new(Context::new(
             client,
             reconcile::Stores {
@@ -300,8 +301,27 @@ impl Operator {
         Arc::clone(&self.context)
     }
 
-    /// Runs until `shutdown` is cancelled.
+    /// Runs until `shutdown` is cancelled, then writes the Events still
+    /// queued ([`events::DRAIN_TIMEOUT`] at most).
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
-        self.manager.run(shutdown).await.map_err(RunError::from)
+        let stop_events = CancellationToken::new();
+        let mut event_writers = {
+            let context = Arc::clone(&self.context);
+            let stop = stop_events.clone();
+            tokio::spawn(async move { context.events.run(stop).await })
+        };
+        let result = self.manager.run(shutdown).await.map_err(RunError::from);
+        stop_events.cancel();
+        if tokio::time::timeout(events::DRAIN_TIMEOUT, &mut event_writers)
+            .await
+            .is_err()
+        {
+            event_writers.abort();
+            tracing::warn!(
+                timeout = ?events::DRAIN_TIMEOUT,
+                "queued events not all written before shutdown"
+            );
+        }
+        result
     }
 }

@@ -48,20 +48,6 @@ pub fn wants_scheduling(pod: &Pod) -> bool {
         && !is_terminal(pod)
 }
 
-/// What is already bound to each node.
-fn usage(pods: &[Arc<Pod>]) -> HashMap<String, Resources> {
-    let mut used: HashMap<String, Resources> = HashMap::new();
-    for pod in pods.iter().filter(|p| !is_terminal(p)) {
-        if let Some(node) = node_name(pod) {
-            add(
-                used.entry(node.to_string()).or_default(),
-                &fit::pod_requests(pod),
-            );
-        }
-    }
-    used
-}
-
 fn add(total: &mut Resources, requests: &Resources) {
     for (k, v) in requests {
         *total.entry(k.clone()).or_default() += v;
@@ -88,21 +74,77 @@ pub(crate) struct Watches {
     pub node_changes: Arc<Subscriber>,
 }
 
-/// Brings the set of pods that want scheduling (by cache key) up to date
-/// with what changed, so an idle scheduler need not scan every pod.
-fn track_pending(pending: &mut HashSet<String>, pods: &Store<Pod>, changes: informer::Changes) {
+/// What the bound, live pods use, per node, kept up to date from the
+/// changed keys (recounting every pod on each pass was a hot spot with
+/// 11,000 pods).
+#[derive(Debug, Default)]
+struct Usage {
+    /// Pod key -> (node, requests) of a bound pod that is not terminal.
+    bound: HashMap<String, (String, Resources)>,
+    per_node: HashMap<String, Resources>,
+}
+
+impl Usage {
+    fn remove(&mut self, key: &str) {
+        if let Some((node, requests)) = self.bound.remove(key)
+            && let Some(total) = self.per_node.get_mut(&node)
+        {
+            subtract(total, &requests);
+        }
+    }
+
+    fn observe(&mut self, key: &str, pod: Option<&Pod>) {
+        self.remove(key);
+        if let Some(pod) = pod.filter(|p| !is_terminal(p))
+            && let Some(node) = node_name(pod)
+        {
+            let requests = fit::pod_requests(pod);
+            add(
+                self.per_node.entry(node.to_string()).or_default(),
+                &requests,
+            );
+            self.bound
+                .insert(key.to_string(), (node.to_string(), requests));
+        }
+    }
+}
+
+fn subtract(total: &mut Resources, requests: &Resources) {
+    for (k, v) in requests {
+        if let Some(t) = total.get_mut(k) {
+            *t -= v;
+        }
+    }
+    if let Some(pods) = total.get_mut(PODS) {
+        *pods -= 1000;
+    }
+}
+
+/// Brings the set of pods that want scheduling (by cache key), and what
+/// bound pods use, up to date with what changed, so a pass need not scan
+/// every pod.
+fn track_pending(
+    pending: &mut HashSet<String>,
+    used: &mut Usage,
+    pods: &Store<Pod>,
+    changes: informer::Changes,
+) {
     if changes.all {
         pending.clear();
-        pending.extend(
-            pods.state()
-                .iter()
-                .filter(|p| wants_scheduling(p))
-                .map(|p| informer::key_of(p.as_ref())),
-        );
+        *used = Usage::default();
+        for pod in pods.state() {
+            let key = informer::key_of(pod.as_ref());
+            if wants_scheduling(&pod) {
+                pending.insert(key.clone());
+            }
+            used.observe(&key, Some(&pod));
+        }
         return;
     }
     for key in changes.keys {
-        match informer::get(pods, &key) {
+        let pod = informer::get(pods, &key);
+        used.observe(&key, pod.as_deref());
+        match pod {
             Some(pod) if wants_scheduling(&pod) => pending.insert(key),
             _ => pending.remove(&key),
         };
@@ -122,6 +164,7 @@ pub(crate) async fn run(client: kube::Client, watches: Watches, shutdown: Cancel
     // Pods bound but not yet seen bound in the cache: uid -> (node, requests).
     let mut assumed: HashMap<String, (String, Resources)> = HashMap::new();
     let mut pending: HashSet<String> = HashSet::new();
+    let mut used = Usage::default();
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -137,13 +180,18 @@ pub(crate) async fn run(client: kube::Client, watches: Watches, shutdown: Cancel
         // Node changes matter only to pods still waiting for a node; the
         // keys are drained so they do not pile up.
         node_changes.take();
-        track_pending(&mut pending, &pods, pod_delta);
+        track_pending(&mut pending, &mut used, &pods, pod_delta);
         if pending.is_empty() {
             // Nothing waits, so no usage recount over all pods; every
             // assumed pod has been seen bound (or is gone).
             assumed.clear();
         } else {
-            schedule_pass(&client, &recorder, &pods, &nodes, &mut assumed).await;
+            let waiting = Waiting {
+                pods: &pods,
+                pending: &pending,
+                used: &used,
+            };
+            schedule_pass(&client, &recorder, waiting, &nodes, &mut assumed).await;
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -168,32 +216,40 @@ async fn record(recorder: &Recorder, pod: &Pod, type_: EventType, reason: &str, 
     }
 }
 
+/// The pods a pass places and what bound pods use.
+struct Waiting<'a> {
+    pods: &'a Store<Pod>,
+    pending: &'a HashSet<String>,
+    used: &'a Usage,
+}
+
 async fn schedule_pass(
     client: &kube::Client,
     recorder: &Recorder,
-    pods: &Store<Pod>,
+    waiting: Waiting<'_>,
     nodes: &Store<Node>,
     assumed: &mut HashMap<String, (String, Resources)>,
 ) {
-    let all_pods = pods.state();
     let mut nodes = nodes.state();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut used = usage(&all_pods);
-    let by_uid: HashMap<&str, &Arc<Pod>> = all_pods
+    let mut used = waiting.used.per_node.clone();
+    let pending_pods: Vec<Arc<Pod>> = waiting
+        .pending
         .iter()
-        .filter_map(|p| p.metadata.uid.as_deref().map(|u| (u, p)))
+        .filter_map(|key| informer::get(waiting.pods, key))
         .collect();
-    assumed.retain(|uid, _| {
-        by_uid
-            .get(uid.as_str())
-            .is_some_and(|p| node_name(p).is_none())
-    });
+    // An assumed pod stays assumed while the cache still shows it waiting;
+    // once it shows it bound (or gone) the tracked usage covers it.
+    let waiting_uids: HashSet<&str> = pending_pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    assumed.retain(|uid, _| waiting_uids.contains(uid.as_str()));
     for (node, requests) in assumed.values() {
         add(used.entry(node.clone()).or_default(), requests);
     }
-    let mut pending: Vec<&Arc<Pod>> = all_pods
+    let mut pending: Vec<&Arc<Pod>> = pending_pods
         .iter()
-        .filter(|p| wants_scheduling(p))
         .filter(|p| {
             p.metadata
                 .uid
@@ -402,16 +458,27 @@ mod tests {
     }
 
     #[test]
-    fn usage_counts_bound_live_pods_only() {
+    fn usage_counts_bound_live_pods_only_and_follows_their_changes() {
         let mut bound = pod(json!({"nodeName": "n1"}));
         bound.spec.as_mut().unwrap().containers[0].resources =
             serde_json::from_value(json!({"limits": {"nvidia.com/gpu": "2"}})).unwrap();
         let mut done = bound.clone();
         done.status = serde_json::from_value(json!({"phase": "Succeeded"})).unwrap();
-        let used = usage(&[Arc::new(bound), Arc::new(done), Arc::new(pod(json!({})))]);
-        assert_eq!(used["n1"]["nvidia.com/gpu"], 2000);
-        assert_eq!(used["n1"][PODS], 1000);
-        assert_eq!(used.len(), 1);
+        let mut used = Usage::default();
+        used.observe("ns/bound", Some(&bound));
+        used.observe("ns/done", Some(&done));
+        used.observe("ns/waiting", Some(&pod(json!({}))));
+        assert_eq!(used.per_node["n1"]["nvidia.com/gpu"], 2000);
+        assert_eq!(used.per_node["n1"][PODS], 1000);
+        assert_eq!(used.per_node.len(), 1);
+        // The bound pod finishes: its node is free again.
+        used.observe("ns/bound", Some(&done));
+        assert_eq!(used.per_node["n1"]["nvidia.com/gpu"], 0);
+        assert_eq!(used.per_node["n1"][PODS], 0);
+        used.observe("ns/bound", Some(&bound));
+        used.observe("ns/bound", None);
+        assert_eq!(used.per_node["n1"][PODS], 0);
+        assert!(used.bound.is_empty());
     }
 
     #[test]
@@ -427,22 +494,28 @@ mod tests {
         writer.apply_watcher_event(&WatchEvent::Apply(named("a", json!({}))));
         writer.apply_watcher_event(&WatchEvent::Apply(named("b", json!({"nodeName": "n1"}))));
         let mut pending = HashSet::new();
+        let mut used = Usage::default();
         let changed = |keys: &[&str]| informer::Changes {
             all: false,
             keys: keys.iter().map(|k| k.to_string()).collect(),
         };
-        track_pending(&mut pending, &reader, changed(&["ns/a", "ns/b"]));
+        track_pending(&mut pending, &mut used, &reader, changed(&["ns/a", "ns/b"]));
         assert_eq!(pending, HashSet::from(["ns/a".to_string()]));
         // "a" gets bound: it leaves the set; a key no longer cached leaves too.
         writer.apply_watcher_event(&WatchEvent::Apply(named("a", json!({"nodeName": "n1"}))));
-        track_pending(&mut pending, &reader, changed(&["ns/a", "ns/gone"]));
+        track_pending(
+            &mut pending,
+            &mut used,
+            &reader,
+            changed(&["ns/a", "ns/gone"]),
+        );
         assert!(pending.is_empty());
         writer.apply_watcher_event(&WatchEvent::Apply(named("c", json!({}))));
         let relist = informer::Changes {
             all: true,
             keys: HashSet::new(),
         };
-        track_pending(&mut pending, &reader, relist);
+        track_pending(&mut pending, &mut used, &reader, relist);
         assert_eq!(pending, HashSet::from(["ns/c".to_string()]));
     }
 }
