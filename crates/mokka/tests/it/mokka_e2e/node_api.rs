@@ -293,9 +293,15 @@ async fn if_none_match_is_304_at_once_and_a_long_poll_wakes_within_a_second_of_a
     let router = replica.controller.node_api().router();
     let token = cluster.node_token.clone();
     let uri = format!("/v1alpha1/nodes/{TOKEN_NODE}/assignment?uid={uid}");
-    let first = eventually("the first answer", || async {
+    // The replica's caches, not the API server, decide the answer: wait
+    // until they hold the binding too (an unbound Node's answer is a 200
+    // with no assignment, which the binding would change a moment later).
+    let first = eventually("the first answer with the binding", || async {
         let answer = get(&router, &uri, Some(&token), None).await;
-        (answer.status == StatusCode::OK).then_some(answer)
+        let bound = answer.body["assignments"]
+            .as_array()
+            .is_some_and(|assignments| assignments.len() == 1);
+        (answer.status == StatusCode::OK && bound).then_some(answer)
     })
     .await;
     let tag = etag(&first);
