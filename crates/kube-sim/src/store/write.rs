@@ -877,6 +877,20 @@ impl State {
         if current.is_none() && sub == Subresource::Status {
             return Err(ApiError::not_found(&rt.group, &rt.plural, name));
         }
+        // A UID in an apply configuration is a precondition: with no object
+        // of that name, kube-apiserver refuses rather than creating one (an
+        // apply naming a deleted Node's UID must never bring it back).
+        let wanted_uid = meta_str(&applied, "uid").unwrap_or_default();
+        if current.is_none() && !wanted_uid.is_empty() {
+            return Err(ApiError::conflict_with(
+                &rt.group,
+                &rt.plural,
+                name,
+                &format!(
+                    "uid mismatch: the provided object specified uid {wanted_uid}, and no existing object was found"
+                ),
+            ));
+        }
         let live = current.as_ref().map(|c| Self::value_at(rt, version, c));
         let manager = params.field_manager.clone().unwrap_or_default();
         let api_version = rt.api_version(version);
