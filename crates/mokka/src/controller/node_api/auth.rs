@@ -78,18 +78,50 @@ impl<K: std::hash::Hash + Eq + Clone> Flights<K> {
         }
     }
 
-    fn gate(&self, key: &K) -> Arc<tokio::sync::Mutex<()>> {
-        Arc::clone(self.gates.lock().entry(key.clone()).or_default())
-    }
-
-    /// Forgets the gate once nobody else holds it.
-    fn release(&self, key: &K, gate: Arc<tokio::sync::Mutex<()>>) {
+    /// The cached answer, else `review`'s; concurrent callers with the
+    /// same key wait for the first one's review and take its answer.
+    async fn once<T, Fut>(
+        &self,
+        key: &K,
+        cached: impl Fn() -> Option<T>,
+        review: impl FnOnce() -> Fut,
+    ) -> Result<T, AuthError>
+    where
+        Fut: std::future::Future<Output = Result<T, AuthError>>,
+    {
+        if let Some(answer) = cached() {
+            return Ok(answer);
+        }
+        let gate = Arc::clone(self.gates.lock().entry(key.clone()).or_default());
+        let answer = {
+            let _one_review = gate.lock().await;
+            match cached() {
+                Some(answer) => Ok(answer),
+                None => review().await,
+            }
+        };
         let mut gates = self.gates.lock();
-        // The map's handle and ours: nobody else waits.
+        // The map's handle and ours: nobody else waits, forget the gate.
         if Arc::strong_count(&gate) <= 2 {
             gates.remove(key);
         }
+        answer
     }
+}
+
+/// A cached answer younger than `ttl`.
+fn fresh<K: std::hash::Hash + Eq + ?Sized, Q, T: Clone>(
+    map: &Mutex<HashMap<Q, Cached<T>>>,
+    key: &K,
+    ttl: Duration,
+) -> Option<T>
+where
+    Q: std::borrow::Borrow<K> + std::hash::Hash + Eq,
+{
+    map.lock()
+        .get(key)
+        .filter(|cached| cached.at.elapsed() < ttl)
+        .map(|cached| cached.value.clone())
 }
 
 fn remember<K: std::hash::Hash + Eq, T>(
@@ -148,27 +180,14 @@ impl Authenticator {
     /// Who `token` speaks for, by TokenReview.
     pub async fn authenticate(&self, token: &str) -> Result<Caller, AuthError> {
         let digest: Digest32 = Sha256::digest(token.as_bytes()).into();
-        if let Some(cached) = self.cached_token(&digest) {
-            return cached.map_err(AuthError::Unauthenticated);
-        }
-        let gate = self.token_reviews.gate(&digest);
-        let result = {
-            let _one_review = gate.lock().await;
-            match self.cached_token(&digest) {
-                Some(cached) => Ok(cached),
-                None => self.review_token(token, digest).await,
-            }
-        };
-        self.token_reviews.release(&digest, gate);
-        result?.map_err(AuthError::Unauthenticated)
-    }
-
-    fn cached_token(&self, digest: &Digest32) -> Option<Result<Caller, String>> {
-        self.tokens
-            .lock()
-            .get(digest)
-            .filter(|cached| cached.at.elapsed() < self.ttl)
-            .map(|cached| cached.value.clone())
+        self.token_reviews
+            .once(
+                &digest,
+                || fresh(&self.tokens, &digest, self.ttl),
+                || self.review_token(token, digest),
+            )
+            .await?
+            .map_err(AuthError::Unauthenticated)
     }
 
     /// The TokenReview itself; its answer (either way) is remembered.
@@ -228,27 +247,15 @@ impl Authenticator {
                 caller.username
             )));
         }
-        if let Some(allowed) = self.cached_right(&caller.username) {
-            return self.verdict(caller, allowed);
-        }
-        let gate = self.access_reviews.gate(&caller.username);
-        let allowed = {
-            let _one_review = gate.lock().await;
-            match self.cached_right(&caller.username) {
-                Some(allowed) => Ok(allowed),
-                None => self.review_access(caller).await,
-            }
-        };
-        self.access_reviews.release(&caller.username, gate);
-        self.verdict(caller, allowed?)
-    }
-
-    fn cached_right(&self, username: &str) -> Option<bool> {
-        self.rights
-            .lock()
-            .get(username)
-            .filter(|cached| cached.at.elapsed() < self.ttl)
-            .map(|cached| cached.value)
+        let allowed = self
+            .access_reviews
+            .once(
+                &caller.username,
+                || fresh(&self.rights, caller.username.as_str(), self.ttl),
+                || self.review_access(caller),
+            )
+            .await?;
+        self.verdict(caller, allowed)
     }
 
     /// The SubjectAccessReview itself; its answer is remembered.
