@@ -90,30 +90,70 @@ pub fn warning_header(text: &str) -> String {
 /// `spec.containers[0].imagee`, sorted.
 pub fn dropped_fields(input: &Value, decoded: &Value) -> Vec<String> {
     let mut found = Vec::new();
-    walk_dropped(input, decoded, "", &mut found);
+    walk_dropped(input, decoded, &mut Vec::new(), &mut found);
     found.sort();
     found
 }
 
-fn walk_dropped(input: &Value, decoded: &Value, path: &str, found: &mut Vec<String>) {
+/// One step of a path into a document: an object key or an array index.
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The path is kept as steps and only written out for a dropped field:
+/// a write's body has thousands of kept fields and a handful (usually no)
+/// dropped ones.
+fn walk_dropped<'a>(
+    input: &'a Value,
+    decoded: &Value,
+    path: &mut Vec<Step<'a>>,
+    found: &mut Vec<String>,
+) {
     match (input, decoded) {
         (Value::Object(input), Value::Object(decoded)) => {
             for (key, value) in input {
-                let child = child_path(path, key);
                 match decoded.get(key) {
-                    Some(kept) => walk_dropped(value, kept, &child, found),
+                    Some(kept) => {
+                        path.push(Step::Key(key));
+                        walk_dropped(value, kept, path, found);
+                        path.pop();
+                    }
                     None if value.is_null() => {}
-                    None => found.push(child),
+                    None => {
+                        path.push(Step::Key(key));
+                        found.push(path_text(path));
+                        path.pop();
+                    }
                 }
             }
         }
         (Value::Array(input), Value::Array(decoded)) => {
             for (i, (value, kept)) in input.iter().zip(decoded).enumerate() {
-                walk_dropped(value, kept, &format!("{path}[{i}]"), found);
+                path.push(Step::Index(i));
+                walk_dropped(value, kept, path, found);
+                path.pop();
             }
         }
         _ => {}
     }
+}
+
+/// `spec.containers[0].imagee`.
+fn path_text(path: &[Step<'_>]) -> String {
+    let mut text = String::new();
+    for step in path {
+        match step {
+            Step::Key(key) => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push_str(key);
+            }
+            Step::Index(i) => text.push_str(&format!("[{i}]")),
+        }
+    }
+    text
 }
 
 fn child_path(path: &str, key: &str) -> String {

@@ -28,7 +28,7 @@ pub enum StatusOnCreate {
 
 /// Built-in kinds are checked by decoding into their k8s-openapi type and
 /// re-encoding, which also drops unknown fields as the real server does.
-pub type Normalizer = fn(Value) -> Result<Value, serde_json::Error>;
+pub type Normalizer = fn(&Value) -> Result<Value, serde_json::Error>;
 
 /// How a kind's objects merge (SSA, SMP) and, for CRDs, the compiled
 /// structural schema of each served version.
@@ -167,10 +167,12 @@ impl ResourceType {
     }
 }
 
+/// Decodes from a borrow: the caller keeps the input to find what the
+/// decode dropped, without copying it first.
 fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(
-    value: Value,
+    value: &Value,
 ) -> Result<Value, serde_json::Error> {
-    let typed: T = serde_json::from_value(value)?;
+    let typed = T::deserialize(value)?;
     serde_json::to_value(typed)
 }
 

@@ -32,8 +32,16 @@ struct Replica {
 }
 
 async fn start(client: &kube::Client, identity: &str) -> Replica {
-    let controller =
-        Arc::new(MokkaController::new(client.clone(), Options::default()).expect("controller"));
+    // `MOKKA_BENCH_WORKERS` overrides the default workers per queue (for
+    // comparisons; the table in docs/benchmarks.md says which was used).
+    let mut options = Options::default();
+    if let Some(workers) = std::env::var("MOKKA_BENCH_WORKERS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+    {
+        options.workers = workers;
+    }
+    let controller = Arc::new(MokkaController::new(client.clone(), options).expect("controller"));
     let mut election = LeaderElectionConfig::new("mokka-system", "bench");
     election.identity = identity.to_string();
     election.lease_duration = Duration::from_secs(3);
@@ -179,11 +187,38 @@ async fn tier(nodes: usize) {
     // 1. Start to every Node projected.
     let started = Instant::now();
     let first = start(&client, "bench-a").await;
+    // Progress on stderr every 5 s: where the start-up spends its time.
+    let progress = {
+        let controller = Arc::clone(&first.controller);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                eprintln!(
+                    "progress {nodes}: {:.0} s, {} rack writes, {} Node patches, {} keys queued",
+                    started.elapsed().as_secs_f64(),
+                    controller.metrics().rack_write_count(),
+                    controller.metrics().node_patches.get(),
+                    controller.queued_keys(),
+                );
+            }
+        })
+    };
     programmed(&inventories, 1).await;
     let projected = started.elapsed();
+    progress.abort();
     first.idle().await;
     let first_patches = first.controller.metrics().node_patches.get();
     first.stop().await;
+    // Where the start-up's API requests went (stderr, so the table on
+    // stdout stays a table): kube-sim's own counters, reads apart.
+    for line in sim.metrics().encode().lines() {
+        let write = ["\"create\"", "\"update\"", "\"patch\"", "\"delete\""]
+            .iter()
+            .any(|verb| line.contains(&format!("verb={verb}")));
+        if line.starts_with("kube_sim_requests_total") && write {
+            eprintln!("start-up {nodes}: {line}");
+        }
+    }
 
     // 2. Restart with unchanged assignments.
     let started = Instant::now();

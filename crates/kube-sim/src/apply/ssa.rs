@@ -351,10 +351,8 @@ pub fn apply(
     // Changed fields move to the applier (only possible here when forced);
     // removed fields are owned by nobody.
     for entry in &mut managers {
-        entry.fields = entry
-            .fields
-            .difference(&changed)
-            .difference(&comparison.removed);
+        entry.fields.subtract(&changed);
+        entry.fields.subtract(&comparison.removed);
     }
     let unchanged = previous
         .as_ref()
@@ -399,8 +397,16 @@ pub fn record_update(
             .unwrap_or_default(),
         _ => read_managed_fields(old_object).unwrap_or_default(),
     };
-    let comparison = compare(old_object, new, types).without(never_owned());
-    let changed = comparison.changed();
+    let mut comparison = compare(old_object, new, types);
+    for set in [
+        &mut comparison.added,
+        &mut comparison.modified,
+        &mut comparison.removed,
+    ] {
+        set.subtract(never_owned());
+    }
+    let mut changed = std::mem::take(&mut comparison.added);
+    changed.absorb(&comparison.modified);
     let own = managers
         .iter()
         .position(|e| {
@@ -413,10 +419,8 @@ pub fn record_update(
         })
         .map(|index| managers.remove(index));
     for entry in &mut managers {
-        entry.fields = entry
-            .fields
-            .difference(&changed)
-            .difference(&comparison.removed);
+        entry.fields.subtract(&changed);
+        entry.fields.subtract(&comparison.removed);
     }
     let touched = !changed.is_empty() || !comparison.removed.is_empty();
     let mut own = own.unwrap_or_else(|| ManagedFieldsEntry {
@@ -427,11 +431,14 @@ pub fn record_update(
         fields: FieldSet::new(),
         subresource: ctx.subresource.map(str::to_string),
     });
-    own.fields = own
-        .fields
-        .difference(&comparison.removed)
-        .union(&changed)
-        .difference(never_owned());
+    own.fields.subtract(&comparison.removed);
+    if own.fields.is_empty() {
+        // A new entry (every create): take the change set, do not copy it.
+        own.fields = changed;
+    } else {
+        own.fields.absorb(&changed);
+    }
+    own.fields.subtract(never_owned());
     if touched || own.time.is_none() {
         own.time = Some(ctx.time.to_string());
     }

@@ -73,6 +73,23 @@ impl WriteParams {
     }
 }
 
+/// A create prepared outside the state lock (see [`State::prepare_new`]).
+pub(super) struct NewObject {
+    value: Value,
+    generated_prefix: Option<String>,
+    /// The writer's managedFields are already recorded.
+    recorded: bool,
+}
+
+/// Records the creator's managedFields entry on a new object.
+fn record_create(rt: &ResourceType, version: &str, params: &WriteParams, value: &mut Value) {
+    let manager = params.manager();
+    let api_version = rt.api_version(version);
+    let now = now_rfc3339();
+    let ctx = write_context(&manager, &api_version, &now, Subresource::Main);
+    apply::record_update(None, value, &rt.schemas.list_types, &ctx);
+}
+
 /// Whether a write still needs its managedFields entry, or already has it
 /// (server-side apply computes ownership itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +139,25 @@ impl Store {
     ) -> Result<Arc<StoredObject>, ApiError> {
         if let Some(manager) = &params.field_manager {
             apply::validate_field_manager(manager).map_err(apply_error)?;
+        }
+        if rt.stored_as.is_none() && !is_crd_type(rt) {
+            // Everything that does not need the state is done before the
+            // lock is taken (the real server validates before its storage
+            // transaction too).
+            let mut value = body;
+            check_type(rt, version, &mut value)?;
+            let prepared = State::prepare_new(
+                rt,
+                version,
+                namespace,
+                value,
+                params,
+                Ownership::Record,
+                true,
+            )?;
+            return self.write_and_collect(rt, params, |state| {
+                state.insert_new(rt, version, namespace, prepared, params, Ownership::Record)
+            });
         }
         self.write_and_collect(rt, params, |state| {
             state.create(rt, version, namespace, body, params, Ownership::Record)
@@ -306,27 +342,30 @@ fn normalize(
     params: &WriteParams,
 ) -> Result<Value, ApiError> {
     let checking = params.field_validation != FieldValidation::Ignore;
-    let input = checking.then(|| value.clone());
-    let (value, dropped) = match rt.normalize {
+    // The input is kept only where a strict refusal quotes it; typed kinds
+    // decode from a borrow, so they keep it without a copy.
+    let (value, dropped, input) = match rt.normalize {
         Some(f) => {
-            let mut decoded = f(value).map_err(|e| {
+            let mut decoded = f(&value).map_err(|e| {
                 ApiError::bad_request(format!("error decoding {} {}: {e}", rt.plural, rt.kind))
             })?;
-            let dropped = input
-                .as_ref()
-                .map(|input| field_validation::dropped_fields(input, &decoded))
-                .unwrap_or_default();
+            let dropped = if checking {
+                field_validation::dropped_fields(&value, &decoded)
+            } else {
+                Vec::new()
+            };
             crate::defaults::apply(&rt.group, &rt.kind, &mut decoded);
-            (decoded, dropped)
+            (decoded, dropped, checking.then_some(value))
         }
         None => {
+            let input = (params.field_validation == FieldValidation::Strict).then(|| value.clone());
             let mut value = value;
             let mut dropped = drop_unknown_metadata(&mut value);
             if let Some(schema) = rt.schema(version) {
                 dropped.extend(schema.prepare(&mut value));
             }
             dropped.sort();
-            (value, dropped)
+            (value, dropped, input)
         }
     };
     if !checking {
@@ -392,7 +431,7 @@ fn drop_unknown_metadata(value: &mut Value) -> Vec<String> {
     let Some(meta) = value.get_mut("metadata") else {
         return Vec::new();
     };
-    let Ok(typed) = serde_json::from_value::<ObjectMeta>(meta.clone()) else {
+    let Ok(typed) = <ObjectMeta as serde::Deserialize>::deserialize(&*meta) else {
         // Ill-typed metadata is the validator's to report.
         return Vec::new();
     };
@@ -420,7 +459,7 @@ fn drop_unknown_metadata(value: &mut Value) -> Vec<String> {
 /// (a required field left out) is checked no further here.
 fn undeclared_apply_fields(rt: &ResourceType, version: &str, applied: &Value) -> Vec<String> {
     let dropped = match rt.normalize {
-        Some(f) => match f(applied.clone()) {
+        Some(f) => match f(applied) {
             Ok(decoded) => field_validation::dropped_fields(applied, &decoded),
             Err(_) => Vec::new(),
         },
@@ -603,6 +642,26 @@ impl State {
                 ownership,
             );
         }
+        let early = !is_crd_type(rt);
+        let prepared = Self::prepare_new(rt, version, namespace, value, params, ownership, early)?;
+        self.insert_new(rt, version, namespace, prepared, params, ownership)
+    }
+
+    /// The state-free part of a create (of a kind that is not a view):
+    /// metadata, normalization, validation and, with `record`, the
+    /// writer's managedFields (not for CRDs, whose registration edits the
+    /// object first). A plain create runs it outside the state lock, so a
+    /// large object's validation does not hold every other request up.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn prepare_new(
+        rt: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        mut value: Value,
+        params: &WriteParams,
+        ownership: Ownership,
+        record: bool,
+    ) -> Result<NewObject, ApiError> {
         check_namespace(rt, namespace, &mut value)?;
         fold_string_data(rt, &mut value);
         let generated_prefix = {
@@ -669,7 +728,33 @@ impl State {
         }
         let mut value = normalize(rt, version, value, params)?;
         check_valid(rt, version, &value, None)?;
+        let recorded = record && ownership == Ownership::Record;
+        if recorded {
+            record_create(rt, version, params, &mut value);
+        }
+        Ok(NewObject {
+            value,
+            generated_prefix,
+            recorded,
+        })
+    }
 
+    /// The part of a create that needs the state: the namespace, a free
+    /// name, and the commit.
+    pub(super) fn insert_new(
+        &mut self,
+        rt: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        prepared: NewObject,
+        params: &WriteParams,
+        ownership: Ownership,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let NewObject {
+            mut value,
+            generated_prefix,
+            recorded,
+        } = prepared;
         if rt.namespaced {
             let ns = namespace.unwrap_or_default();
             match self.namespace_object(ns) {
@@ -706,12 +791,8 @@ impl State {
         if is_crd_type(rt) {
             self.prepare_crd(&mut value)?;
         }
-        if ownership == Ownership::Record {
-            let manager = params.manager();
-            let api_version = rt.api_version(version);
-            let now = now_rfc3339();
-            let ctx = write_context(&manager, &api_version, &now, Subresource::Main);
-            apply::record_update(None, &mut value, &rt.schemas.list_types, &ctx);
+        if ownership == Ownership::Record && !recorded {
+            record_create(rt, version, params, &mut value);
         }
         to_storage_version(rt, &mut value);
         if params.dry_run {
@@ -906,7 +987,9 @@ impl State {
         .map_err(apply_error)?;
         match current {
             None => self.create(rt, version, namespace, merged, params, Ownership::Applied),
-            Some(_) => self.update(
+            // The live object was just parsed for the merge: the update
+            // starts from it instead of parsing the stored JSON again.
+            Some(_) => self.update_from(
                 rt,
                 version,
                 namespace,
@@ -915,6 +998,7 @@ impl State {
                 sub,
                 params,
                 Ownership::Applied,
+                live,
             ),
         }
     }
@@ -926,10 +1010,30 @@ impl State {
         version: &str,
         namespace: Option<&str>,
         name: &str,
+        value: Value,
+        sub: Subresource,
+        params: &WriteParams,
+        ownership: Ownership,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        self.update_from(
+            rt, version, namespace, name, value, sub, params, ownership, None,
+        )
+    }
+
+    /// [`update`](Self::update) with the stored object already parsed at
+    /// `version` (`known_old`), when the caller has it.
+    #[allow(clippy::too_many_arguments)]
+    fn update_from(
+        &mut self,
+        rt: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        name: &str,
         mut value: Value,
         sub: Subresource,
         params: &WriteParams,
         ownership: Ownership,
+        known_old: Option<Value>,
     ) -> Result<Arc<StoredObject>, ApiError> {
         check_type(rt, version, &mut value)?;
         if let Some((storage, stored)) = self.stored_type(rt) {
@@ -964,7 +1068,7 @@ impl State {
             )));
         }
         let current = self.existing(rt, namespace, name)?;
-        let old = Self::value_at(rt, version, &current);
+        let old = known_old.unwrap_or_else(|| Self::value_at(rt, version, &current));
         let given_rv = meta_str(&value, "resourceVersion").unwrap_or_default();
         if !given_rv.is_empty() && given_rv != current.rv.to_string() {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use controller_kit::CachedStore;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use parking_lot::Mutex;
 
 use super::allocation::{LiveAllocation, SyncWork};
@@ -76,7 +77,21 @@ impl CleanupBook {
 }
 
 /// (rack resourceVersion, Node resourceVersion) and whether the slot was projected then.
-pub(crate) type ProjectedAt = ((String, String), bool);
+/// Whether each slot's Node carries its projection, for one version of one
+/// rack: slot index → (the Node's resourceVersion, the answer).
+#[derive(Debug, Default)]
+pub(crate) struct RackProjections {
+    pub rack_version: String,
+    pub slots: HashMap<i32, (String, bool)>,
+}
+
+/// An inventory's requested-Node counts (total, per group) and what they
+/// were computed from: the catalog generation and the groups' selectors.
+pub(crate) type RequestedAt = (
+    u64,
+    Vec<(String, Option<LabelSelector>)>,
+    (usize, BTreeMap<String, usize>),
+);
 
 /// The cluster plan and the allocation revision it was computed at.
 type CachedPlan = ((u64, u64), Arc<ClusterPlan>);
@@ -101,14 +116,21 @@ pub(crate) struct Context {
     /// The incremental allocation behind `plan`.
     pub allocation: Mutex<LiveAllocation>,
     pub cleanup: Mutex<CleanupBook>,
-    outcomes: Mutex<HashMap<(String, i32), Outcome>>,
+    /// Rack name → slot index → the slot's last projection outcome.
+    outcomes: Mutex<HashMap<String, HashMap<i32, Outcome>>>,
     pub results: Mutex<HashMap<String, RackResult>>,
     /// Desired rack name → the inventory that claims it.
     pub claims: Mutex<HashMap<String, String>>,
     inventory_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Whether a slot's Node carries its projection, per (rack, Node)
-    /// resourceVersion pair (status reads it for every binding).
-    pub projected_memo: Mutex<HashMap<(String, i32), ProjectedAt>>,
+    /// Whether a slot's Node carries its projection, per rack name, kept
+    /// per (rack, Node) resourceVersion pair (status reads it for every
+    /// binding; per rack, so a pass looks a rack up once, not per slot).
+    pub projected_memo: Mutex<HashMap<String, RackProjections>>,
+    /// Requested-Node counts per inventory: matching every Node against the
+    /// placement selectors costs O(Nodes) and the inventory status needs
+    /// them once per progress interval, while they change only with the
+    /// catalog generation or the selectors.
+    pub requested_memo: Mutex<HashMap<String, RequestedAt>>,
     /// Rack status writes not yet seen in the cache (name → written status).
     pub pending_rack_status: Mutex<HashMap<String, SGPURackStatus>>,
     /// Counts changes of the read API's inputs (racks, inventories,
@@ -152,6 +174,7 @@ impl Context {
             claims: Mutex::new(HashMap::new()),
             inventory_locks: Mutex::new(HashMap::new()),
             projected_memo: Mutex::new(HashMap::new()),
+            requested_memo: Mutex::new(HashMap::new()),
             pending_rack_status: Mutex::new(HashMap::new()),
             changes: tokio::sync::watch::Sender::new(0),
         }
@@ -213,8 +236,10 @@ impl Context {
     }
 
     pub fn set_outcome(&self, binding: &ExactBinding, state: OutcomeState, reason: &'static str) {
-        self.outcomes.lock().insert(
-            (binding.rack_name.clone(), binding.node_index),
+        let mut outcomes = self.outcomes.lock();
+        let rack = outcomes.entry(binding.rack_name.clone()).or_default();
+        rack.insert(
+            binding.node_index,
             Outcome {
                 state,
                 reason,
@@ -227,29 +252,29 @@ impl Context {
     pub fn outcome(&self, rack: &str, node_index: i32) -> Option<Outcome> {
         self.outcomes
             .lock()
-            .get(&(rack.to_string(), node_index))
+            .get(rack)
+            .and_then(|slots| slots.get(&node_index))
             .cloned()
     }
 
     /// Whether any slot of `rack` has a metadata-conflict outcome.
     pub fn rack_has_conflict(&self, rack: &SGPURack) -> bool {
-        let name = rack.metadata.name.clone().unwrap_or_default();
+        let name = rack.metadata.name.as_deref().unwrap_or_default();
         let outcomes = self.outcomes.lock();
+        let Some(slots) = outcomes.get(name) else {
+            return false;
+        };
         rack.spec.nodes.iter().any(|slot| {
-            outcomes
-                .get(&(name.clone(), slot.index))
+            slots
+                .get(&slot.index)
                 .is_some_and(|o| o.reason == "NodeMetadataConflict")
         })
     }
 
     /// Drops outcomes of a rack that is gone.
     pub fn forget_rack(&self, rack_name: &str) {
-        self.outcomes
-            .lock()
-            .retain(|(name, _), _| name != rack_name);
-        self.projected_memo
-            .lock()
-            .retain(|(name, _), _| name != rack_name);
+        self.outcomes.lock().remove(rack_name);
+        self.projected_memo.lock().remove(rack_name);
         self.pending_rack_status.lock().remove(rack_name);
     }
 

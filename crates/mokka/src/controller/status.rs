@@ -3,21 +3,21 @@
 //! Inventory status is compared with a live GET; rack status trusts the
 //! cache unless a write of ours is still pending (the ABA guard).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use super::state::Context;
+use super::state::{Context, RackProjections};
 use super::{BoxError, INDEX_INVENTORY_UID, INDEX_NODE_UID, Queues, StatusKey};
 use crate::api::{
     InventoryCapacity, NodeRef, RackGroupStatus, RuntimePolicySummary, SGPUInventory, SGPURack,
-    SGPURuntimePolicy, SGPURuntimePolicyStatus,
+    SGPURackStatus, SGPURuntimePolicy, SGPURuntimePolicyStatus,
 };
-use crate::plan::inventory::{ExactBinding, rack_groups_summary, requested_nodes};
+use crate::plan::inventory::{Resolution, rack_groups_summary, requested_nodes};
 use crate::plan::projection::{FIELD_MANAGER, ObservedNode, desired_for};
 use crate::plan::rack::{is_owned_by, owner_matches_inventory_ref};
 use crate::plan::status::{InventoryFacts, RackFacts, inventory_status, rack_status, usage};
@@ -176,66 +176,112 @@ fn accepted_condition(status: Option<&SGPURuntimePolicyStatus>) -> Option<(Strin
         .map(|condition| (condition.status.clone(), condition.reason.clone()))
 }
 
-/// Whether the cached Node with this binding's name and UID carries
-/// exactly its projection, owned by us.
-/// Whether the Node bound at `rack`'s slot `node_index` carries its projection.
-fn projected(context: &Context, rack: &SGPURack, node_index: i32, bound: &NodeRef) -> bool {
-    let Some(node) = context.nodes.get(&bound.name) else {
-        return false;
-    };
-    if node.metadata.uid.as_deref() != Some(bound.uid.as_str()) {
-        return false;
-    }
-    // Rendering the desired annotation costs a JSON encoding; an inventory
-    // status visits every binding (100,000 at the scale target) once per
-    // progress interval, so the answer is kept per (rack, Node) version.
-    let versions = (
-        rack.metadata.resource_version.clone().unwrap_or_default(),
-        node.metadata.resource_version.clone().unwrap_or_default(),
-    );
-    let key = (rack.metadata.name.clone().unwrap_or_default(), node_index);
-    if !versions.0.is_empty()
-        && !versions.1.is_empty()
-        && let Some((at, answer)) = context.projected_memo.lock().get(&key)
-        && *at == versions
-    {
-        return *answer;
-    }
-    let answer = desired_for(rack, node_index)
-        .is_some_and(|desired| ObservedNode::from_node(&node).matches(&desired));
-    context
-        .projected_memo
-        .lock()
-        .insert(key, (versions, answer));
-    answer
+/// What a status pass needs to know of one bound slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct SlotCheck {
+    /// The cached Node of the binding's name has the binding's UID.
+    live: bool,
+    /// ... and carries exactly the slot's projection, owned by us.
+    projected: bool,
 }
 
-fn live(context: &Context, bound: &NodeRef) -> bool {
-    context
+/// Checks every bound slot of `rack` against the Node cache, in slot order.
+///
+/// An inventory status visits every binding (100,000 at the scale target)
+/// once per progress interval, so the cost per slot matters: each Node is
+/// looked up once, the rack's memo is locked once, and the projection
+/// answer (a JSON encoding of the desired annotation) is kept per (rack,
+/// Node) resourceVersion pair.
+fn check_slots<'r>(context: &Context, rack: &'r SGPURack) -> Vec<(i32, &'r NodeRef, SlotCheck)> {
+    // Look the Nodes up first: no cache lock is taken under the memo's.
+    let bound: Vec<(i32, &NodeRef, Option<Arc<k8s_openapi::api::core::v1::Node>>)> = rack
+        .spec
         .nodes
-        .get(&bound.name)
-        .is_some_and(|node| node.metadata.uid.as_deref() == Some(bound.uid.as_str()))
+        .iter()
+        .filter_map(|slot| {
+            let bound = slot.node_ref.as_ref()?;
+            let node = context
+                .nodes
+                .get(&bound.name)
+                .filter(|node| node.metadata.uid.as_deref() == Some(bound.uid.as_str()));
+            Some((slot.index, bound, node))
+        })
+        .collect();
+    let rack_name = rack.metadata.name.as_deref().unwrap_or_default();
+    let rack_version = rack
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or_default();
+    let mut memo = context.projected_memo.lock();
+    let kept = memo.entry(rack_name.to_string()).or_default();
+    if kept.rack_version != rack_version {
+        *kept = RackProjections {
+            rack_version: rack_version.to_string(),
+            slots: HashMap::new(),
+        };
+    }
+    bound
+        .into_iter()
+        .map(|(index, bound, node)| {
+            let Some(node) = node else {
+                return (index, bound, SlotCheck::default());
+            };
+            let node_version = node
+                .metadata
+                .resource_version
+                .as_deref()
+                .unwrap_or_default();
+            let answer = match kept.slots.get(&index) {
+                Some((at, answer))
+                    if !rack_version.is_empty()
+                        && !node_version.is_empty()
+                        && at == node_version =>
+                {
+                    *answer
+                }
+                _ => {
+                    let answer = desired_for(rack, index)
+                        .is_some_and(|desired| ObservedNode::from_node(&node).matches(&desired));
+                    kept.slots.insert(index, (node_version.to_string(), answer));
+                    answer
+                }
+            };
+            (
+                index,
+                bound,
+                SlotCheck {
+                    live: true,
+                    projected: answer,
+                },
+            )
+        })
+        .collect()
 }
 
 fn rack_facts(context: &Context, rack: &SGPURack) -> RackFacts {
-    let bindings = ExactBinding::all_of(rack);
+    let checks = check_slots(context, rack);
     let mut facts = RackFacts {
-        assigned: bindings.len(),
+        assigned: checks.len(),
         metadata_conflict: context.rack_has_conflict(rack),
         ..RackFacts::default()
     };
-    let mut seen = HashSet::new();
-    for binding in &bindings {
-        if binding.node.uid.is_empty()
-            || binding.node.name.is_empty()
-            || !live(context, &binding.node)
-        {
+    let rack_name = rack.metadata.name.as_deref().unwrap_or_default();
+    // How often each Node UID is bound in this rack; other racks holding
+    // the UID are scanned below (rare: a UID is normally bound once).
+    let mut in_this_rack: HashMap<&str, usize> = HashMap::new();
+    for (_, bound, _) in &checks {
+        *in_this_rack.entry(bound.uid.as_str()).or_default() += 1;
+    }
+    for (_, bound, check) in &checks {
+        if bound.uid.is_empty() || bound.name.is_empty() || !check.live {
             facts.invalid_bindings = true;
         }
         let elsewhere: usize = context
             .racks
-            .by_index(INDEX_NODE_UID, &binding.node.uid)
+            .by_index(INDEX_NODE_UID, &bound.uid)
             .iter()
+            .filter(|other| other.metadata.name.as_deref() != Some(rack_name))
             .map(|other| {
                 other
                     .spec
@@ -244,15 +290,15 @@ fn rack_facts(context: &Context, rack: &SGPURack) -> RackFacts {
                     .filter(|slot| {
                         slot.node_ref
                             .as_ref()
-                            .is_some_and(|node| node.uid == binding.node.uid)
+                            .is_some_and(|node| node.uid == bound.uid)
                     })
                     .count()
             })
             .sum();
-        if elsewhere > 1 || !seen.insert(binding.node.uid.clone()) {
+        if elsewhere + in_this_rack.get(bound.uid.as_str()).copied().unwrap_or(0) > 1 {
             facts.duplicate_bindings = true;
         }
-        if projected(context, rack, binding.node_index, &binding.node) {
+        if check.projected {
             facts.projected += 1;
         }
     }
@@ -275,11 +321,34 @@ async fn rack(context: &Context, name: &str) -> Result<(), BoxError> {
         &now(),
     );
     let pending = context.pending_rack_status.lock().contains_key(name);
-    if !pending && cached.status.as_ref() == Some(&desired) {
-        return Ok(());
+    if !pending {
+        if cached.status.as_ref() == Some(&desired) {
+            return Ok(());
+        }
+        // Nothing of ours is in flight, so the cached rack is the one to
+        // write over: its resourceVersion is the precondition. A stale
+        // cache answers 409 and the live path below takes over (upstream
+        // reads the live rack before every write; this saves that read).
+        let version = cached
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default();
+        match patch_rack_status(context, name, version, cached.status.as_ref(), &desired).await {
+            Ok(()) => {
+                context
+                    .pending_rack_status
+                    .lock()
+                    .insert(name.to_string(), desired);
+                return Ok(());
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => return Err(error.into()),
+        }
     }
     let api: Api<SGPURack> = Api::all(context.client.clone());
-    let Some(mut live) = api.get_opt(name).await? else {
+    let Some(live) = api.get_opt(name).await? else {
         return Ok(());
     };
     if live.uid() != cached.uid() {
@@ -295,9 +364,12 @@ async fn rack(context: &Context, name: &str) -> Result<(), BoxError> {
         context.pending_rack_status.lock().remove(name);
         return Ok(());
     }
-    live.status = Some(desired.clone());
-    live.metadata.managed_fields = None;
-    api.replace_status(name, &post_params(), &live).await?;
+    let version = live
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or_default();
+    patch_rack_status(context, name, version, live.status.as_ref(), &desired).await?;
     context
         .pending_rack_status
         .lock()
@@ -305,8 +377,76 @@ async fn rack(context: &Context, name: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Writes `desired` as the rack's status: a JSON merge patch of the status
+/// subresource with `resource_version` as its precondition (a 409 if the
+/// rack changed since). Fields `current` has and `desired` lacks are sent
+/// as null, so the result is exactly `desired`, as a replace would leave
+/// it. The answer, the whole rack (thousands of fields at 100 Nodes), is
+/// not decoded: the rack cache delivers the new version anyway.
+async fn patch_rack_status(
+    context: &Context,
+    name: &str,
+    resource_version: &str,
+    current: Option<&SGPURackStatus>,
+    desired: &SGPURackStatus,
+) -> Result<(), kube::Error> {
+    let mut status = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+    if let (Some(current), Some(fields)) = (current, status.as_object_mut()) {
+        let current = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
+        for key in current.as_object().into_iter().flat_map(|map| map.keys()) {
+            fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    let body = serde_json::json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": status,
+    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let mut request = kube::core::Request::new(SGPURack::url_path(&(), None))
+        .patch_subresource("status", name, &params, &Patch::Merge(&body))
+        .map_err(kube::Error::BuildRequest)?;
+    request.extensions_mut().insert("patch_status");
+    context.client.request_text(request).await.map(drop)
+}
+
+/// The inventory's requested Nodes (total and per group), recounted only
+/// when the catalog generation or the groups' selectors changed.
+fn requested(
+    context: &Context,
+    name: &str,
+    resolution: &Resolution,
+) -> (usize, BTreeMap<String, usize>) {
+    let selectors: Vec<(String, Option<LabelSelector>)> = resolution
+        .groups
+        .iter()
+        .map(|group| (group.id.clone(), group.selector.clone()))
+        .collect();
+    let generation = context.catalog.lock().generation();
+    if let Some((at, kept_selectors, counts)) = context.requested_memo.lock().get(name)
+        && *at == generation
+        && *kept_selectors == selectors
+    {
+        return counts.clone();
+    }
+    // The generation the counts are kept under is the snapshot's own.
+    let (generation, nodes) = {
+        let mut catalog = context.catalog.lock();
+        (catalog.generation(), catalog.snapshot())
+    };
+    let counts = requested_nodes(resolution, &nodes);
+    context
+        .requested_memo
+        .lock()
+        .insert(name.to_string(), (generation, selectors, counts.clone()));
+    counts
+}
+
 async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<(), BoxError> {
     let Some(cached) = context.inventories.get(name) else {
+        context.requested_memo.lock().remove(name);
         return Ok(());
     };
     let uid = cached.uid().unwrap_or_default();
@@ -326,8 +466,7 @@ async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<()
         .into_iter()
         .filter(|rack| is_owned_by(rack, name, &uid))
         .collect();
-    let nodes = context.catalog.lock().snapshot();
-    let (requested, requested_per_group) = requested_nodes(resolution, &nodes);
+    let (requested, requested_per_group) = requested(context, name, resolution);
 
     let mut facts = InventoryFacts {
         rejection: resolution.rejection.clone(),
@@ -354,13 +493,10 @@ async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<()
             facts.metadata_conflict = true;
         }
         let mut allocated = 0;
-        for slot in &rack.spec.nodes {
-            let Some(bound) = &slot.node_ref else {
-                continue;
-            };
-            if live(context, bound) {
+        for (_, _, check) in check_slots(context, rack) {
+            if check.live {
                 allocated += 1;
-                if projected(context, rack, slot.index, bound) {
+                if check.projected {
                     facts.projected += 1;
                 }
             }

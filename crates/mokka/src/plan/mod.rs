@@ -7,9 +7,11 @@
 //! * [`projection`]: the three projected Node keys, ownership and decisions;
 //! * [`status`]: conditions and counts;
 //! * [`options`]: controller options and their validation;
-//! * [`features`]: the feature gates (`--feature-gates`).
+//! * [`features`]: the feature gates (`--feature-gates`);
+//! * [`event_notes`]: the notes of the per-rack-write binding Events.
 
 pub mod catalog;
+pub mod event_notes;
 pub mod features;
 pub mod inventory;
 #[cfg(test)]

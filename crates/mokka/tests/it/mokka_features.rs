@@ -211,3 +211,46 @@ async fn with_kubernetes_events_off_decisions_are_made_but_no_event_is_written()
     assert!(!reasons.is_empty());
     on.stop().await;
 }
+
+/// A rack write that binds several Nodes records one `NodeBound` Event
+/// naming all of them, not one Event per Node (a per-Node Event would be
+/// folded into one series whose note keeps only the last Node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_rack_write_binding_three_nodes_records_one_node_bound_event_naming_all_three() {
+    let cluster = Cluster::start_sim().await;
+    cluster.create_profile("shape", 3, 1).await;
+    for node in ["node-a", "node-b", "node-c"] {
+        cluster.create_node(node, "bound-event").await;
+    }
+    let inventory = cluster
+        .create_inventory("inv", "shape", 1, "bound-event")
+        .await;
+    let rack = rack_name("inv", &inventory.uid().unwrap(), "compute", 0);
+    let leader = cluster.start_leader("bound-event").await;
+    let events: Api<Event> = Api::all(cluster.client.clone());
+    let bound = eventually("a NodeBound event", || async {
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        let bound: Vec<Event> = list
+            .into_iter()
+            .filter(|event| event.reason.as_deref() == Some("NodeBound"))
+            .collect();
+        (!bound.is_empty()).then_some(bound)
+    })
+    .await;
+    assert_eq!(bound.len(), 1, "{bound:?}");
+    let event = &bound[0];
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some(rack.as_str())
+    );
+    assert!(event.series.is_none(), "one write, one Event: {event:?}");
+    let note = event.note.as_deref().unwrap_or_default();
+    assert!(
+        note.starts_with("Bound 3 Nodes to logical Nodes: "),
+        "{note}"
+    );
+    for node in ["node-a", "node-b", "node-c"] {
+        assert!(note.contains(node), "{note}");
+    }
+    leader.stop().await;
+}
