@@ -146,15 +146,8 @@ impl Store {
             // transaction too).
             let mut value = body;
             check_type(rt, version, &mut value)?;
-            let prepared = State::prepare_new(
-                rt,
-                version,
-                namespace,
-                value,
-                params,
-                Ownership::Record,
-                true,
-            )?;
+            let prepared =
+                State::prepare_new(rt, version, namespace, value, params, Ownership::Record)?;
             return self.write_and_collect(rt, params, |state| {
                 state.insert_new(rt, version, namespace, prepared, params, Ownership::Record)
             });
@@ -642,17 +635,15 @@ impl State {
                 ownership,
             );
         }
-        let early = !is_crd_type(rt);
-        let prepared = Self::prepare_new(rt, version, namespace, value, params, ownership, early)?;
+        let prepared = Self::prepare_new(rt, version, namespace, value, params, ownership)?;
         self.insert_new(rt, version, namespace, prepared, params, ownership)
     }
 
     /// The state-free part of a create (of a kind that is not a view):
-    /// metadata, normalization, validation and, with `record`, the
-    /// writer's managedFields (not for CRDs, whose registration edits the
-    /// object first). A plain create runs it outside the state lock, so a
-    /// large object's validation does not hold every other request up.
-    #[allow(clippy::too_many_arguments)]
+    /// metadata, normalization, validation and the writer's managedFields
+    /// (not for CRDs, whose registration edits the object first). A plain
+    /// create runs it outside the state lock, so a large object's
+    /// validation does not hold every other request up.
     pub(super) fn prepare_new(
         rt: &ResourceType,
         version: &str,
@@ -660,7 +651,6 @@ impl State {
         mut value: Value,
         params: &WriteParams,
         ownership: Ownership,
-        record: bool,
     ) -> Result<NewObject, ApiError> {
         check_namespace(rt, namespace, &mut value)?;
         fold_string_data(rt, &mut value);
@@ -728,7 +718,7 @@ impl State {
         }
         let mut value = normalize(rt, version, value, params)?;
         check_valid(rt, version, &value, None)?;
-        let recorded = record && ownership == Ownership::Record;
+        let recorded = ownership == Ownership::Record && !is_crd_type(rt);
         if recorded {
             record_create(rt, version, params, &mut value);
         }

@@ -329,19 +329,8 @@ async fn rack(context: &Context, name: &str) -> Result<(), BoxError> {
         // write over: its resourceVersion is the precondition. A stale
         // cache answers 409 and the live path below takes over (upstream
         // reads the live rack before every write; this saves that read).
-        let version = cached
-            .metadata
-            .resource_version
-            .as_deref()
-            .unwrap_or_default();
-        match patch_rack_status(context, name, version, cached.status.as_ref(), &desired).await {
-            Ok(()) => {
-                context
-                    .pending_rack_status
-                    .lock()
-                    .insert(name.to_string(), desired);
-                return Ok(());
-            }
+        match write_rack_status(context, name, &cached, desired).await {
+            Ok(()) => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(error) => return Err(error.into()),
@@ -364,41 +353,33 @@ async fn rack(context: &Context, name: &str) -> Result<(), BoxError> {
         context.pending_rack_status.lock().remove(name);
         return Ok(());
     }
-    let version = live
-        .metadata
-        .resource_version
-        .as_deref()
-        .unwrap_or_default();
-    patch_rack_status(context, name, version, live.status.as_ref(), &desired).await?;
-    context
-        .pending_rack_status
-        .lock()
-        .insert(name.to_string(), desired);
+    write_rack_status(context, name, &live, desired).await?;
     Ok(())
 }
 
-/// Writes `desired` as the rack's status: a JSON merge patch of the status
-/// subresource with `resource_version` as its precondition (a 409 if the
-/// rack changed since). Fields `current` has and `desired` lacks are sent
-/// as null, so the result is exactly `desired`, as a replace would leave
-/// it. The answer, the whole rack (thousands of fields at 100 Nodes), is
-/// not decoded: the rack cache delivers the new version anyway.
-async fn patch_rack_status(
+/// Writes `desired` as the status of `over` (the cached or the live rack):
+/// a JSON merge patch of the status subresource with `over`'s
+/// resourceVersion as its precondition (a 409 if the rack changed since).
+/// Fields `over`'s status has and `desired` lacks are sent as null, so the
+/// result is exactly `desired`, as a replace would leave it. The answer,
+/// the whole rack (thousands of fields at 100 Nodes), is not decoded: the
+/// rack cache delivers the new version anyway. A written status is
+/// pending until the cache shows it.
+async fn write_rack_status(
     context: &Context,
     name: &str,
-    resource_version: &str,
-    current: Option<&SGPURackStatus>,
-    desired: &SGPURackStatus,
+    over: &SGPURack,
+    desired: SGPURackStatus,
 ) -> Result<(), kube::Error> {
-    let mut status = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
-    if let (Some(current), Some(fields)) = (current, status.as_object_mut()) {
+    let mut status = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;
+    if let (Some(current), Some(fields)) = (over.status.as_ref(), status.as_object_mut()) {
         let current = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
         for key in current.as_object().into_iter().flat_map(|map| map.keys()) {
             fields.entry(key.clone()).or_insert(serde_json::Value::Null);
         }
     }
     let body = serde_json::json!({
-        "metadata": {"resourceVersion": resource_version},
+        "metadata": {"resourceVersion": over.metadata.resource_version},
         "status": status,
     });
     let params = PatchParams {
@@ -409,7 +390,12 @@ async fn patch_rack_status(
         .patch_subresource("status", name, &params, &Patch::Merge(&body))
         .map_err(kube::Error::BuildRequest)?;
     request.extensions_mut().insert("patch_status");
-    context.client.request_text(request).await.map(drop)
+    context.client.request_text(request).await?;
+    context
+        .pending_rack_status
+        .lock()
+        .insert(name.to_string(), desired);
+    Ok(())
 }
 
 /// The inventory's requested Nodes (total and per group), recounted only
