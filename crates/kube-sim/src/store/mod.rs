@@ -8,6 +8,7 @@ mod crds;
 mod delete;
 mod durable;
 mod list;
+mod update;
 mod watch;
 mod write;
 

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
+use super::update::{check_body, prepare_update};
 use super::{ChangeType, State, Store};
 use crate::apply::{self, ApplyError, SmpError, WriteContext};
 use crate::crd;
 use crate::error::{ApiError, Cause};
 use crate::field_validation::{self, FieldValidation, Warnings};
-use crate::object::{StoredObject, finalizers, meta_str, metadata_mut, now_rfc3339};
+use crate::object::{StoredObject, meta_str, metadata_mut, now_rfc3339};
 use crate::patch::{self, PatchKind};
 use crate::resources::{ResourceType, StatusOnCreate, StoredAs};
 use crate::validate;
@@ -65,7 +66,7 @@ impl WriteParams {
 
     /// The manager a non-apply write is recorded under: `fieldManager`, or
     /// the client's name from its User-Agent, as the real server does.
-    fn manager(&self) -> String {
+    pub(super) fn manager(&self) -> String {
         match &self.field_manager {
             Some(m) if !m.is_empty() => m.clone(),
             _ => apply::manager_from_user_agent(&self.user_agent),
@@ -203,6 +204,11 @@ impl Store {
             params.force.is_some(),
         )
         .map_err(apply_error)?;
+        if let Some(result) =
+            self.patch_outside_lock(rt, version, namespace, name, kind, body, sub, params)
+        {
+            return result;
+        }
         self.write_and_collect(rt, params, |state| {
             state.patch(rt, version, namespace, name, kind, body, sub, params)
         })
@@ -239,7 +245,11 @@ impl Store {
 }
 
 /// Sets `apiVersion` and `kind`, refusing a body that names another type.
-fn check_type(rt: &ResourceType, version: &str, value: &mut Value) -> Result<(), ApiError> {
+pub(super) fn check_type(
+    rt: &ResourceType,
+    version: &str,
+    value: &mut Value,
+) -> Result<(), ApiError> {
     let Some(obj) = value.as_object_mut() else {
         return Err(ApiError::bad_request(format!(
             "the object provided is unrecognized (must be of type {})",
@@ -290,7 +300,7 @@ fn check_type(rt: &ResourceType, version: &str, value: &mut Value) -> Result<(),
 
 /// Objects are stored in the storage version; with the `None` conversion
 /// strategy only `apiVersion` differs.
-fn to_storage_version(rt: &ResourceType, value: &mut Value) {
+pub(super) fn to_storage_version(rt: &ResourceType, value: &mut Value) {
     if let Some(obj) = value.as_object_mut() {
         obj.insert(
             "apiVersion".into(),
@@ -300,7 +310,7 @@ fn to_storage_version(rt: &ResourceType, value: &mut Value) {
 }
 
 /// Makes the body's namespace agree with the URL, as the real server demands.
-fn check_namespace(
+pub(super) fn check_namespace(
     rt: &ResourceType,
     namespace: Option<&str>,
     value: &mut Value,
@@ -328,7 +338,7 @@ fn check_namespace(
 /// custom resources are pruned and defaulted by their schema. What was
 /// dropped (and what the body set twice) is then refused, reported as
 /// warnings or ignored, as `fieldValidation` asks.
-fn normalize(
+pub(super) fn normalize(
     rt: &ResourceType,
     version: &str,
     value: Value,
@@ -471,7 +481,7 @@ fn undeclared_apply_fields(rt: &ResourceType, version: &str, applied: &Value) ->
 }
 
 /// Secrets accept `stringData` as a write-only convenience folded into `data`.
-fn fold_string_data(rt: &ResourceType, value: &mut Value) {
+pub(super) fn fold_string_data(rt: &ResourceType, value: &mut Value) {
     if rt.kind != "Secret" || !rt.group.is_empty() {
         return;
     }
@@ -494,7 +504,7 @@ fn fold_string_data(rt: &ResourceType, value: &mut Value) {
     }
 }
 
-fn check_valid(
+pub(super) fn check_valid(
     rt: &ResourceType,
     version: &str,
     value: &Value,
@@ -526,7 +536,7 @@ fn check_valid(
 
 /// True when two objects differ outside `metadata` (and `status`, when the
 /// status subresource owns it): the changes that bump `generation`.
-fn spec_changed(old: &Value, new: &Value, status_is_separate: bool) -> bool {
+pub(super) fn spec_changed(old: &Value, new: &Value, status_is_separate: bool) -> bool {
     let skip = |k: &str| k == "metadata" || (status_is_separate && k == "status");
     let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
         return old != new;
@@ -550,7 +560,7 @@ pub(super) fn is_namespace_type(rt: &ResourceType) -> bool {
     rt.kind == "Namespace" && rt.group.is_empty()
 }
 
-fn write_context<'a>(
+pub(super) fn write_context<'a>(
     manager: &'a str,
     api_version: &'a str,
     time: &'a str,
@@ -819,7 +829,7 @@ impl State {
     }
 
     /// The stored object as seen through `version`.
-    fn value_at(rt: &ResourceType, version: &str, obj: &StoredObject) -> Value {
+    pub(super) fn value_at(rt: &ResourceType, version: &str, obj: &StoredObject) -> Value {
         let mut value = obj.value();
         if version != rt.storage_version {
             value["apiVersion"] = Value::String(rt.api_version(version));
@@ -843,22 +853,7 @@ impl State {
             return self.server_side_apply(rt, version, namespace, name, body, sub, params);
         }
         let current = self.existing(rt, namespace, name)?;
-        let mut doc = Self::value_at(rt, version, &current);
-        // A view is patched in its own field names.
-        if let Some(stored) = &rt.stored_as {
-            doc = (stored.to_view)(doc);
-        }
-        match kind {
-            PatchKind::Merge => patch::apply_merge_patch(&mut doc, body)?,
-            PatchKind::Json => patch::apply_json_patch(&mut doc, body)?,
-            PatchKind::Strategic => {
-                let patch_value: Value = serde_json::from_slice(body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-                doc = apply::strategic_merge(&doc, &patch_value, &rt.schemas.list_types)
-                    .map_err(smp_error)?;
-            }
-            PatchKind::Apply => unreachable!("handled above"),
-        }
+        let doc = Self::patched_document(rt, version, &current, kind, body)?;
         let params = WriteParams {
             origin: WriteOrigin::Patch,
             ..params.clone()
@@ -875,6 +870,36 @@ impl State {
         )
     }
 
+    /// `current` as seen through `version` (and its view, for a view
+    /// kind) with a patch other than an apply applied.
+    pub(super) fn patched_document(
+        rt: &ResourceType,
+        version: &str,
+        current: &StoredObject,
+        kind: PatchKind,
+        body: &[u8],
+    ) -> Result<Value, ApiError> {
+        let mut doc = Self::value_at(rt, version, current);
+        // A view is patched in its own field names.
+        if let Some(stored) = &rt.stored_as {
+            doc = (stored.to_view)(doc);
+        }
+        match kind {
+            PatchKind::Merge => patch::apply_merge_patch(&mut doc, body)?,
+            PatchKind::Json => patch::apply_json_patch(&mut doc, body)?,
+            PatchKind::Strategic => {
+                let patch_value: Value = serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                doc = apply::strategic_merge(&doc, &patch_value, &rt.schemas.list_types)
+                    .map_err(smp_error)?;
+            }
+            PatchKind::Apply => {
+                return Err(ApiError::internal("an apply is not a document patch"));
+            }
+        }
+        Ok(doc)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn server_side_apply(
         &mut self,
@@ -886,14 +911,14 @@ impl State {
         sub: Subresource,
         params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        let mut applied = parse_apply_body(body)?;
-        if !applied.is_object() {
-            return Err(ApiError::bad_request(
-                "the apply configuration must be an object",
-            ));
-        }
-        check_type(rt, version, &mut applied)?;
         if let Some((storage, stored)) = self.stored_type(rt) {
+            let mut applied = parse_apply_body(body)?;
+            if !applied.is_object() {
+                return Err(ApiError::bad_request(
+                    "the apply configuration must be an object",
+                ));
+            }
+            check_type(rt, version, &mut applied)?;
             let converted = serde_json::to_vec(&(stored.from_view)(applied))
                 .map_err(|e| ApiError::internal(e.to_string()))?;
             return self.server_side_apply(
@@ -906,6 +931,54 @@ impl State {
                 params,
             );
         }
+        let applied = Self::apply_configuration(rt, version, name, body, sub)?;
+        let current = self.existing(rt, namespace, name).ok();
+        let live = current.as_ref().map(|c| Self::value_at(rt, version, c));
+        let merged = Self::merge_apply(
+            rt,
+            version,
+            name,
+            applied,
+            sub,
+            params,
+            current.as_deref(),
+            live.as_ref(),
+        )?;
+        match current {
+            None => self.create(rt, version, namespace, merged, params, Ownership::Applied),
+            // The live object was just parsed for the merge: the update
+            // starts from it instead of parsing the stored JSON again.
+            Some(_) => self.update_from(
+                rt,
+                version,
+                namespace,
+                name,
+                merged,
+                sub,
+                params,
+                Ownership::Applied,
+                live,
+            ),
+        }
+    }
+
+    /// An apply configuration as the merge takes it: parsed (YAML or
+    /// JSON), typed, named after the URL, cut to what `sub` addresses, and
+    /// refused when it sets a field its type does not declare.
+    pub(super) fn apply_configuration(
+        rt: &ResourceType,
+        version: &str,
+        name: &str,
+        body: &[u8],
+        sub: Subresource,
+    ) -> Result<Value, ApiError> {
+        let mut applied = parse_apply_body(body)?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "the apply configuration must be an object",
+            ));
+        }
+        check_type(rt, version, &mut applied)?;
         let body_name = meta_str(&applied, "name").unwrap_or_default().to_string();
         if !body_name.is_empty() && body_name != name {
             return Err(ApiError::bad_request(format!(
@@ -936,10 +1009,26 @@ impl State {
                 rt.group, rt.kind
             )));
         }
-        let current = self.existing(rt, namespace, name).ok();
+        Ok(applied)
+    }
+
+    /// The apply's preconditions against `current` (the stored object, if
+    /// any; `live` is it parsed at `version`), then the merge of the
+    /// configuration into it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn merge_apply(
+        rt: &ResourceType,
+        version: &str,
+        name: &str,
+        applied: Value,
+        sub: Subresource,
+        params: &WriteParams,
+        current: Option<&StoredObject>,
+        live: Option<&Value>,
+    ) -> Result<Value, ApiError> {
         let wanted_rv = meta_str(&applied, "resourceVersion").unwrap_or_default();
         if !wanted_rv.is_empty() {
-            match &current {
+            match current {
                 Some(c) if c.rv.to_string() == wanted_rv => {}
                 Some(_) => return Err(ApiError::conflict(&rt.group, &rt.plural, name)),
                 None => return Err(ApiError::not_found(&rt.group, &rt.plural, name)),
@@ -962,35 +1051,18 @@ impl State {
                 ),
             ));
         }
-        let live = current.as_ref().map(|c| Self::value_at(rt, version, c));
         let manager = params.field_manager.clone().unwrap_or_default();
         let api_version = rt.api_version(version);
         let now = now_rfc3339();
         let ctx = write_context(&manager, &api_version, &now, sub);
-        let merged = apply::apply(
-            live.as_ref(),
+        apply::apply(
+            live,
             &applied,
             params.force.unwrap_or(false),
             &rt.schemas.list_types,
             &ctx,
         )
-        .map_err(apply_error)?;
-        match current {
-            None => self.create(rt, version, namespace, merged, params, Ownership::Applied),
-            // The live object was just parsed for the merge: the update
-            // starts from it instead of parsing the stored JSON again.
-            Some(_) => self.update_from(
-                rt,
-                version,
-                namespace,
-                name,
-                merged,
-                sub,
-                params,
-                Ownership::Applied,
-                live,
-            ),
-        }
+        .map_err(apply_error)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1049,189 +1121,27 @@ impl State {
                 ownership,
             );
         }
-        check_namespace(rt, namespace, &mut value)?;
-        fold_string_data(rt, &mut value);
-        let body_name = meta_str(&value, "name").unwrap_or_default();
-        if !body_name.is_empty() && body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
+        check_body(rt, namespace, name, &mut value)?;
         let current = self.existing(rt, namespace, name)?;
-        let old = known_old.unwrap_or_else(|| Self::value_at(rt, version, &current));
-        let given_rv = meta_str(&value, "resourceVersion").unwrap_or_default();
-        if !given_rv.is_empty() && given_rv != current.rv.to_string() {
-            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-        }
-        let given_uid = meta_str(&value, "uid").unwrap_or_default();
-        if !given_uid.is_empty() && given_uid != current.uid {
-            // A replace naming another uid is a failed precondition; a
-            // patch that changes it is an invalid change of an immutable
-            // field (kube-apiserver words the two differently).
-            return Err(match params.origin {
-                WriteOrigin::Body => ApiError::conflict_with(
-                    &rt.group,
-                    &rt.plural,
-                    name,
-                    &format!(
-                        "Precondition failed: UID in precondition: {given_uid}, UID in object meta: {}",
-                        current.uid
-                    ),
-                ),
-                WriteOrigin::Patch => ApiError::invalid(
-                    &rt.group,
-                    &rt.kind,
-                    name,
-                    vec![Cause::invalid(
-                        "metadata.uid",
-                        &Value::from(given_uid),
-                        "field is immutable",
-                    )],
-                ),
-            });
-        }
-        let status_is_separate = rt.has_status(version);
-        let mut new = match sub {
-            Subresource::Status => {
-                // Only `.status` (and the ownership records) change through
-                // the status subresource.
-                let mut merged = old.clone();
-                match value.get("status") {
-                    Some(status) => merged["status"] = status.clone(),
-                    None => {
-                        if let Some(obj) = merged.as_object_mut() {
-                            obj.remove("status");
-                        }
-                    }
+        let outcome = prepare_update(
+            rt,
+            version,
+            name,
+            value,
+            sub,
+            params,
+            ownership,
+            &current,
+            known_old,
+            |new| {
+                if is_crd_type(rt) {
+                    self.prepare_crd(new)
+                } else {
+                    Ok(())
                 }
-                if let Some(mf) = value.pointer("/metadata/managedFields").cloned()
-                    && let Some(meta) = metadata_mut(&mut merged)
-                {
-                    meta.insert("managedFields".into(), mf);
-                }
-                merged
-            }
-            Subresource::Main => {
-                if status_is_separate {
-                    match old.get("status") {
-                        Some(status) => value["status"] = status.clone(),
-                        None => {
-                            if let Some(obj) = value.as_object_mut() {
-                                obj.remove("status");
-                            }
-                        }
-                    }
-                }
-                value
-            }
-        };
-        // Server-owned metadata always comes from the stored object.
-        {
-            let old_meta = old
-                .get("metadata")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            let meta =
-                metadata_mut(&mut new).ok_or_else(|| ApiError::bad_request("no metadata"))?;
-            for key in [
-                "name",
-                "namespace",
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "generateName",
-            ] {
-                match old_meta.get(key) {
-                    Some(v) => meta.insert(key.into(), v.clone()),
-                    None => meta.remove(key),
-                };
-            }
-            meta.remove("selfLink");
-            meta.insert(
-                "resourceVersion".into(),
-                Value::String(current.rv.to_string()),
-            );
-            let keep_old_records = match meta.get("managedFields") {
-                None => true,
-                Some(Value::Array(list)) => list.is_empty(),
-                Some(_) => true,
-            };
-            if keep_old_records {
-                match old_meta.get("managedFields") {
-                    Some(mf) => meta.insert("managedFields".into(), mf.clone()),
-                    None => meta.remove("managedFields"),
-                };
-            }
-        }
-        let mut new = normalize(rt, version, new, params)?;
-        check_valid(rt, version, &new, Some(&old))?;
-        if current.deleting {
-            let before = finalizers(&old);
-            let added: Vec<String> = finalizers(&new)
-                .into_iter()
-                .filter(|f| !before.contains(f))
-                .collect();
-            if !added.is_empty() {
-                let causes = vec![Cause::forbidden(
-                    "metadata.finalizers",
-                    &format!(
-                        "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
-                        added
-                            .iter()
-                            .map(|f| format!("{f:?}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )];
-                return Err(ApiError::invalid(&rt.group, &rt.kind, name, causes));
-            }
-        }
-        if !rt.tracks_generation() {
-            if let Some(meta) = metadata_mut(&mut new) {
-                meta.remove("generation");
-            }
-        } else if spec_changed(&old, &new, status_is_separate) {
-            let generation = old
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if let Some(meta) = metadata_mut(&mut new) {
-                meta.insert("generation".into(), json!(generation + 1));
-            }
-        }
-        if is_crd_type(rt) {
-            self.prepare_crd(&mut new)?;
-        }
-        if new == old {
-            // A no-op write changes nothing, not even the resourceVersion.
-            return Ok(current);
-        }
-        if ownership == Ownership::Record {
-            let manager = params.manager();
-            let api_version = rt.api_version(version);
-            let now = now_rfc3339();
-            let ctx = write_context(&manager, &api_version, &now, sub);
-            apply::record_update(Some(&old), &mut new, &rt.schemas.list_types, &ctx);
-        }
-        to_storage_version(rt, &mut new);
-        if params.dry_run {
-            return StoredObject::from_value(rt, &new)
-                .map(Arc::new)
-                .map_err(|e| ApiError::internal(e.to_string()));
-        }
-        if current.deleting && finalizers(&new).is_empty() {
-            let removed = self.commit(rt, new, ChangeType::Deleted, Some(current))?;
-            self.after_removal(rt, &removed);
-            return Ok(removed);
-        }
-        let stored = self.commit(rt, new, ChangeType::Modified, Some(current))?;
-        if is_crd_type(rt) {
-            self.register_crd(&stored);
-        }
-        Ok(stored)
+            },
+        )?;
+        self.finish_update(rt, outcome, current)
     }
 }
 
