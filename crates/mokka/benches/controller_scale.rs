@@ -25,6 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 const NODES_PER_RACK: usize = 100;
 
+// The allocator `gpufleet` runs on (see its main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Replica {
     controller: Arc<MokkaController>,
     shutdown: CancellationToken,

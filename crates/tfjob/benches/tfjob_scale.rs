@@ -34,6 +34,10 @@ use tfjob::api::TFJobObject;
 use tfjob::run::{Operator, OperatorConfig};
 use tokio_util::sync::CancellationToken;
 
+// The allocator `gpufleet` runs on (see its main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const NAMESPACE: &str = "bench";
 const NODES: usize = 50;
 const PODS_PER_NODE: usize = 250;
