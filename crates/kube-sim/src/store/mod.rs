@@ -1,8 +1,9 @@
 //! The object store: every object of every kind, one global resourceVersion,
 //! and a bounded per-resource event history that watches resume from.
 //!
-//! All mutations happen under one lock, so the resourceVersion order is the
-//! commit order and every watcher sees the same sequence.
+//! All commits happen under one lock, so the resourceVersion order is the
+//! commit order and every watcher sees the same sequence. Creates and
+//! patches of plain kinds do their work before taking it (see `update`).
 
 mod crds;
 mod delete;
