@@ -95,24 +95,23 @@ impl Store {
                 return Err(ApiError::resource_version_too_large(wanted, state.rv));
             }
             let store = state.resource(rt)?;
-            let items: Vec<Arc<StoredObject>> = match namespace.filter(|_| rt.namespaced) {
+            // The selectors are matched after the lock is released: a
+            // selective list of a large namespace (a DeleteCollection of
+            // three pods among 11,000) would otherwise hold every write up
+            // for the whole scan. The snapshot is consistent at `state.rv`.
+            let candidates: Vec<Arc<StoredObject>> = match namespace.filter(|_| rt.namespaced) {
                 Some(ns) => store
                     .objects
                     .range((ns.to_string(), String::new())..)
                     .take_while(|((obj_ns, _), _)| obj_ns == ns)
-                    .map(|(_, o)| o)
-                    .filter(|o| matches(rt, opts, o))
-                    .cloned()
+                    .map(|(_, o)| Arc::clone(o))
                     .collect(),
-                None => store
-                    .objects
-                    .values()
-                    .filter(|o| matches(rt, opts, o))
-                    .cloned()
-                    .collect(),
+                None => store.objects.values().cloned().collect(),
             };
-            (items, state.rv)
+            (candidates, state.rv)
         };
+        let items: Vec<Arc<StoredObject>> =
+            items.into_iter().filter(|o| matches(rt, opts, o)).collect();
         let limit = opts.limit.filter(|l| *l > 0);
         match limit {
             Some(limit) if items.len() > limit => {
