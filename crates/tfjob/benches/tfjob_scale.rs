@@ -148,8 +148,8 @@ impl Drop for SimProcess {
 
 type Counts = Arc<Mutex<BTreeMap<(String, String), u64>>>;
 
-/// `(verb, resource)` of a request: create/update/patch/delete/get/list/
-/// watch, and the resource with its subresource (`pods`, `tfjobs/status`).
+/// `(verb, resource)` of a request: create/update/patch/delete/
+/// deletecollection/get/list/watch, and the resource with its subresource (`pods`, `tfjobs/status`).
 fn classify(method: &http::Method, uri: &http::Uri) -> (String, String) {
     let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     let rest: &[&str] = match segments.as_slice() {
@@ -172,6 +172,7 @@ fn classify(method: &http::Method, uri: &http::Uri) -> (String, String) {
         http::Method::POST => "create",
         http::Method::PUT => "update",
         http::Method::PATCH => "patch",
+        http::Method::DELETE if !named => "deletecollection",
         http::Method::DELETE => "delete",
         _ if watching => "watch",
         _ if named => "get",
@@ -470,7 +471,10 @@ async fn run_once(args: &Args) -> RunResult {
     drop(sim);
     let all = counts.lock().clone();
     let (writes, reads) = all.into_iter().partition(|((verb, _), _)| {
-        matches!(verb.as_str(), "create" | "update" | "patch" | "delete")
+        matches!(
+            verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
     });
     RunResult {
         pods_running,

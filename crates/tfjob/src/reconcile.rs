@@ -14,7 +14,7 @@ use controller_kit::{Action, CachedStore, ReconcileError};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::api::{
-    Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
 };
 use kube::runtime::events::EventType as KubeEventType;
 use parking_lot::Mutex;
@@ -95,6 +95,9 @@ pub struct Context {
     pub metrics: crate::metrics::Metrics,
     emitted: Mutex<HashSet<String>>,
     written: Mutex<HashMap<String, WrittenStatus>>,
+    /// Job key → UIDs of children this operator deleted that the caches
+    /// may still show alive (see `plan::deletions::without_requested`).
+    deleted: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 /// The caches the reconciler reads.
@@ -128,6 +131,7 @@ impl Context {
             metrics,
             emitted: Mutex::new(HashSet::new()),
             written: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(HashMap::new()),
         }
     }
 
@@ -195,6 +199,7 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
         return Err(Box::new(ReconcileFailure::InvalidKey(key)));
     };
     let Some(cached) = ctx.jobs.get_namespaced(namespace, name) else {
+        ctx.deleted.lock().remove(&key);
         return Ok(Action::AwaitChange);
     };
     let mut object = (*cached).clone();
@@ -264,8 +269,26 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     // deleted here and re-created by a later pass, once the cache shows it
     // gone), so they run side by side: a new job's 22 creates would
     // otherwise wait on each other's round trips.
-    let failures: Vec<ReconcileFailure> = stream::iter(plan.actions)
-        .map(|action| execute(ctx, namespace, &reference, action))
+    let pod_metas: Vec<_> = pods.iter().map(|pod| &pod.metadata).collect();
+    let service_metas: Vec<_> = services.iter().map(|service| &service.metadata).collect();
+    let requested = {
+        let mut deleted = ctx.deleted.lock();
+        let children: Vec<_> = pod_metas.iter().chain(&service_metas).copied().collect();
+        let kept = deleted
+            .get(&key)
+            .map(|uids| plan::deletions::still_shown_alive(uids, &children))
+            .unwrap_or_default();
+        if kept.is_empty() {
+            deleted.remove(&key);
+        } else {
+            deleted.insert(key.clone(), kept.clone());
+        }
+        kept
+    };
+    let actions = plan::deletions::without_requested(plan.actions, &requested);
+    let actions = plan::deletions::batch_deletions(actions, name, &pod_metas, &service_metas);
+    let failures: Vec<ReconcileFailure> = stream::iter(actions)
+        .map(|action| execute(ctx, &key, namespace, &reference, action))
         .buffer_unordered(CHILD_WRITES_IN_FLIGHT)
         .filter_map(|result| async move { result.err() })
         .collect()
@@ -441,6 +464,59 @@ where
     }
 }
 
+/// Deletes the children `selector` matches in one DeleteCollection, with
+/// one event per child deleted, as the per-child path records them;
+/// returns how many it deleted and the UIDs the answer gave for them.
+async fn delete_children<K>(
+    ctx: &Context,
+    reference: &ObjectReference,
+    api: &Api<K>,
+    kind: &ChildKind,
+    selector: &str,
+    names: Vec<String>,
+) -> Result<(usize, Vec<String>), ReconcileFailure>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = ListParams::default().labels(selector);
+    match api.delete_collection(&DeleteParams::default(), &list).await {
+        Ok(answer) => {
+            // The answer lists what went; a server may answer with a bare
+            // Status instead, and then the planned names are what went.
+            let (deleted, uids): (Vec<String>, Vec<String>) = match answer.left() {
+                Some(items) => items
+                    .items
+                    .iter()
+                    .map(|item| {
+                        let meta = item.meta();
+                        (
+                            meta.name.clone().unwrap_or_default(),
+                            meta.uid.clone().unwrap_or_default(),
+                        )
+                    })
+                    .unzip(),
+                None => (names, Vec::new()),
+            };
+            let reason = format!("SuccessfulDelete{}", kind.title);
+            for name in &deleted {
+                let message = format!("Deleted {}: {name}", kind.noun);
+                event(ctx, reference, KubeEventType::Normal, &reason, message);
+            }
+            Ok((deleted.len(), uids))
+        }
+        Err(source) => {
+            let reason = format!("FailedDelete{}", kind.title);
+            let message = format!("Error deleting: {source}");
+            event(ctx, reference, KubeEventType::Warning, &reason, message);
+            Err(ReconcileFailure::Api {
+                what: kind.deleting,
+                name: selector.to_string(),
+                source,
+            })
+        }
+    }
+}
+
 /// Replaces a child's owner references (adoption or release).
 async fn set_child_owners<K>(
     api: &Api<K>,
@@ -463,8 +539,18 @@ where
     }
 }
 
+/// Notes that children of `job` were deleted (by UID).
+fn remember_deleted(ctx: &Context, job: &str, uids: impl IntoIterator<Item = String>) {
+    ctx.deleted
+        .lock()
+        .entry(job.to_string())
+        .or_default()
+        .extend(uids);
+}
+
 async fn execute(
     ctx: &Context,
+    job: &str,
     namespace: &str,
     reference: &ObjectReference,
     action: ChildAction,
@@ -491,17 +577,38 @@ async fn execute(
             created.map(drop)
         }
         ChildAction::DeletePod { name, uid } => {
-            let deleted = delete_child(ctx, reference, &pods, &POD, name, uid).await?;
+            let deleted = delete_child(ctx, reference, &pods, &POD, name, uid.clone()).await?;
             if deleted {
                 ctx.metrics.deleted_pods.inc();
+                remember_deleted(ctx, job, uid);
             }
             Ok(())
         }
         ChildAction::DeleteService { name, uid } => {
-            delete_child(ctx, reference, &services, &SERVICE, name, uid)
-                .await
-                .map(drop)
+            if delete_child(ctx, reference, &services, &SERVICE, name, uid.clone()).await? {
+                remember_deleted(ctx, job, uid);
+            }
+            Ok(())
         }
+        ChildAction::DeleteChildren {
+            kind,
+            selector,
+            names,
+        } => match kind {
+            plan::deletions::ChildKind::Pod => {
+                let (count, uids) =
+                    delete_children(ctx, reference, &pods, &POD, &selector, names).await?;
+                ctx.metrics.deleted_pods.inc_by(count as u64);
+                remember_deleted(ctx, job, uids);
+                Ok(())
+            }
+            plan::deletions::ChildKind::Service => {
+                let (_, uids) =
+                    delete_children(ctx, reference, &services, &SERVICE, &selector, names).await?;
+                remember_deleted(ctx, job, uids);
+                Ok(())
+            }
+        },
         ChildAction::SetPodOwners { name, uid, owners } => {
             set_child_owners(&pods, "claiming pod", name, uid, &owners).await
         }

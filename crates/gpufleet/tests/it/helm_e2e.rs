@@ -242,6 +242,9 @@ fn the_tfjob_chart_renders_applies_installs_and_grants_the_operator_only_what_it
             let subject = format!("system:serviceaccount:{namespace}:tfjob-chart");
             let can = |verb_resource: &[&str], ns: &str| tools.can_i(&subject, verb_resource, ns);
             assert_eq!(can(&["create", "pods"], "team-a"), "yes");
+            // A finished job's children of one replica type go in one request.
+            assert_eq!(can(&["deletecollection", "pods"], "team-a"), "yes");
+            assert_eq!(can(&["deletecollection", "services"], "team-a"), "yes");
             assert_eq!(
                 can(
                     &["patch", "tfjobs.kubeflow.org", "--subresource=status"],

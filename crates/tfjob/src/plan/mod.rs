@@ -9,6 +9,7 @@
 
 pub mod children;
 pub mod conditions;
+pub mod deletions;
 pub mod failures;
 pub mod gang;
 pub mod indexes;
@@ -76,6 +77,14 @@ pub enum ChildAction {
     DeleteService {
         name: String,
         uid: Option<String>,
+    },
+    /// Several deletes of one kind and replica type as one
+    /// DeleteCollection (see [`deletions`]): `selector` matches exactly
+    /// the children `names` in the snapshot the plan was made from.
+    DeleteChildren {
+        kind: deletions::ChildKind,
+        selector: String,
+        names: Vec<String>,
     },
     /// Replace the child's owner references (adoption adds the job as
     /// controller, release removes it).

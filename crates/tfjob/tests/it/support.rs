@@ -49,6 +49,13 @@ impl TestCluster {
             .as_ref()
             .expect("a kube-sim-only test ran on the real lane")
     }
+
+    /// kube-sim on its lane, `None` on the real lane: for an extra check
+    /// of an end-to-end test that only kube-sim can show (its request
+    /// counters).
+    pub fn kube_sim(&self) -> Option<&kube_sim::KubeSim> {
+        self.sim.as_ref()
+    }
 }
 
 /// `prefix` plus a random suffix: reruns against a cluster that lives on

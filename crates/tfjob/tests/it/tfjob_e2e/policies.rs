@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use tfjob::api::TFJobObject;
 
@@ -260,6 +260,94 @@ async fn each_clean_pod_policy_leaves_exactly_the_pods_it_should() {
     );
     assert_eq!(job_services(&cluster, "clean-all").await, []);
     assert_eq!(job_services(&cluster, "clean-none").await.len(), 3);
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_jobs_running_parameter_servers_and_their_services_go_in_one_request_each() {
+    // Three PS that would run forever; the chief's success ends the job
+    // and cleanPodPolicy Running deletes them: one DeleteCollection for the
+    // pods and one for their Services, each child still reported by its
+    // own event.
+    let cluster = test_cluster("collect").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "batch",
+        json!({
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "tfReplicaSpecs": {
+                "Chief": replica(1, Some("2"), 0),
+                "PS": replica(3, None, 0),
+            },
+        }),
+    )
+    .await;
+    wait_for_condition(&cluster, "batch", "Succeeded").await;
+    let ps = ["batch-ps-0", "batch-ps-1", "batch-ps-2"];
+    eventually(
+        "the parameter servers and their Services are gone",
+        || async {
+            let pods: Vec<String> = job_pods(&cluster, "batch")
+                .await
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect();
+            let services: Vec<String> = job_services(&cluster, "batch")
+                .await
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect();
+            pods == ["batch-chief-0"] && services == ["batch-chief-0"]
+        },
+    )
+    .await;
+    assert_eq!(
+        pod_phase(&cluster, "batch-chief-0").await.as_deref(),
+        Some("Succeeded")
+    );
+    eventually("one deletion event per child", || async {
+        let counts = (
+            event_count(&cluster, "SuccessfulDeletePod").await,
+            event_count(&cluster, "SuccessfulDeleteService").await,
+        );
+        counts == (3, 3)
+    })
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let notes: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SuccessfulDeletePod"))
+        .filter_map(|e| e.note)
+        .collect();
+    // Events of one reason fold into a series that keeps the latest note.
+    assert!(!notes.is_empty());
+    for note in &notes {
+        assert!(
+            ps.iter()
+                .any(|name| *note == format!("Deleted pod: {name}")),
+            "{notes:?}"
+        );
+    }
+    if let Some(sim) = cluster.kube_sim() {
+        let requests = |verb: &str, resource: &str| sim.metrics().requests(verb, resource, 200);
+        // (DELETEs of pods are counted too, but the simulated kubelet
+        // sends them when the terminated pods are removed.)
+        assert_eq!(
+            [
+                requests("deletecollection", "pods"),
+                requests("deletecollection", "services"),
+                requests("delete", "services"),
+            ],
+            [1, 1, 0],
+            "DeleteCollections of pods and Services, then DELETEs of Services"
+        );
+    }
     operator.stop().await;
 }
 
