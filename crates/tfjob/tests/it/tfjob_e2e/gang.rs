@@ -256,6 +256,12 @@ async fn a_scheduler_plugins_gang_follows_the_job_and_its_priority_classes() {
         groups.get_opt("cosched").await.unwrap().is_none()
     })
     .await;
+    // The operator counts the delete when its answer arrives, which can be
+    // after this test's GET already finds the group gone.
+    eventually("the operator counts the PodGroup deleted", || async {
+        operator.metric("deleted_pod_groups_total") == Some(1.0)
+    })
+    .await;
     assert_eq!(operator.metric("created_pod_groups_total"), Some(1.0));
     assert_eq!(operator.metric("deleted_pod_groups_total"), Some(1.0));
     operator.stop().await;
