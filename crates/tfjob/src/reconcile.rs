@@ -417,16 +417,14 @@ where
             Ok(true)
         }
         Err(error) if is_status(&error, 409) => Ok(false),
-        Err(source) => {
-            let reason = format!("FailedCreate{}", kind.title);
-            let message = format!("Error creating: {source}");
-            event(ctx, reference, KubeEventType::Warning, &reason, message);
-            Err(ReconcileFailure::Api {
-                what: kind.creating,
-                name,
-                source,
-            })
-        }
+        Err(source) => Err(child_write_failed(
+            ctx,
+            reference,
+            kind,
+            ChildWrite::Create,
+            name,
+            source,
+        )),
     }
 }
 
@@ -451,17 +449,42 @@ where
             Ok(true)
         }
         Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(false),
-        Err(source) => {
-            let reason = format!("FailedDelete{}", kind.title);
-            let message = format!("Error deleting: {source}");
-            event(ctx, reference, KubeEventType::Warning, &reason, message);
-            Err(ReconcileFailure::Api {
-                what: kind.deleting,
-                name,
-                source,
-            })
-        }
+        Err(source) => Err(child_write_failed(
+            ctx,
+            reference,
+            kind,
+            ChildWrite::Delete,
+            name,
+            source,
+        )),
     }
+}
+
+/// A write of a child the server refused.
+#[derive(Clone, Copy)]
+enum ChildWrite {
+    Create,
+    Delete,
+}
+
+/// Records the Warning event of a refused child write (`FailedCreatePod`,
+/// `FailedDeleteService`, ...) and returns the pass's failure for it.
+fn child_write_failed(
+    ctx: &Context,
+    reference: &ObjectReference,
+    kind: &ChildKind,
+    write: ChildWrite,
+    name: String,
+    source: kube::Error,
+) -> ReconcileFailure {
+    let (verb, doing, what) = match write {
+        ChildWrite::Create => ("Create", "creating", kind.creating),
+        ChildWrite::Delete => ("Delete", "deleting", kind.deleting),
+    };
+    let reason = format!("Failed{verb}{}", kind.title);
+    let message = format!("Error {doing}: {source}");
+    event(ctx, reference, KubeEventType::Warning, &reason, message);
+    ReconcileFailure::Api { what, name, source }
 }
 
 /// Deletes the children `selector` matches in one DeleteCollection, with
@@ -504,16 +527,14 @@ where
             }
             Ok((deleted.len(), uids))
         }
-        Err(source) => {
-            let reason = format!("FailedDelete{}", kind.title);
-            let message = format!("Error deleting: {source}");
-            event(ctx, reference, KubeEventType::Warning, &reason, message);
-            Err(ReconcileFailure::Api {
-                what: kind.deleting,
-                name: selector.to_string(),
-                source,
-            })
-        }
+        Err(source) => Err(child_write_failed(
+            ctx,
+            reference,
+            kind,
+            ChildWrite::Delete,
+            selector.to_string(),
+            source,
+        )),
     }
 }
 
