@@ -194,7 +194,11 @@ async fn an_invalid_job_fails_with_reason_and_message_and_creates_no_pod() {
     assert_eq!(job_pods(&cluster, "invalid").await, []);
     assert_eq!(job_pods(&cluster, "no-specs").await, []);
     assert_eq!(job_services(&cluster, "invalid").await, []);
-    assert_eq!(event_count(&cluster, "InvalidTFJobSpec").await, 2);
+    // Events are written in the background, after the status.
+    eventually("one InvalidTFJobSpec Event per job", || async {
+        event_count(&cluster, "InvalidTFJobSpec").await == 2
+    })
+    .await;
     operator.stop().await;
 }
 
