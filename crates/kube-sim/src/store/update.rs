@@ -44,10 +44,10 @@ pub(super) enum UpdateOutcome {
     Commit { new: Value, removes: bool },
 }
 
-/// Whether a kind's writes may be decided outside the state lock: not a
-/// view (its writes go to another kind) and not a CRD (registering one
-/// reads and changes the registry).
-fn decided_outside_lock(rt: &ResourceType) -> bool {
+/// Whether a kind's writes (creates and patches) may be decided outside
+/// the state lock: not a view (its writes go to another kind) and not a
+/// CRD (registering one reads and changes the registry).
+pub(super) fn decided_outside_lock(rt: &ResourceType) -> bool {
     rt.stored_as.is_none() && !is_crd_type(rt)
 }
 

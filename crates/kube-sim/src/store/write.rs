@@ -8,7 +8,7 @@ use std::sync::Arc;
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
-use super::update::{check_body, prepare_update};
+use super::update::{check_body, decided_outside_lock, prepare_update};
 use super::{ChangeType, State, Store};
 use crate::apply::{self, ApplyError, SmpError, WriteContext};
 use crate::crd;
@@ -141,7 +141,7 @@ impl Store {
         if let Some(manager) = &params.field_manager {
             apply::validate_field_manager(manager).map_err(apply_error)?;
         }
-        if rt.stored_as.is_none() && !is_crd_type(rt) {
+        if decided_outside_lock(rt) {
             // Everything that does not need the state is done before the
             // lock is taken (the real server validates before its storage
             // transaction too).

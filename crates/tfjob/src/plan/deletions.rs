@@ -54,7 +54,8 @@ pub fn batch_deletions(
     let job_label = job_label_value(job);
     // (kind, replica type) → index → the child deleted there.
     let mut groups: BTreeMap<(ChildKind, String), BTreeMap<String, Doomed>> = BTreeMap::new();
-    let mut batchable = vec![false; actions.len()];
+    // Position of each action → the group its delete joined, if any.
+    let mut group_at: Vec<Option<(ChildKind, String)>> = vec![None; actions.len()];
     for (position, action) in actions.iter().enumerate() {
         let (kind, name, uid, snapshot) = match action {
             ChildAction::DeletePod { name, uid } => (ChildKind::Pod, name, uid, pods),
@@ -70,7 +71,7 @@ pub fn batch_deletions(
         let Some((rtype, index)) = short_labels(meta, &job_label) else {
             continue;
         };
-        let slot = groups.entry((kind, rtype)).or_default();
+        let slot = groups.entry((kind, rtype.clone())).or_default();
         if slot.contains_key(&index) {
             continue;
         }
@@ -81,7 +82,7 @@ pub fn batch_deletions(
                 uid: uid.clone(),
             },
         );
-        batchable[position] = true;
+        group_at[position] = Some((kind, rtype));
     }
     let mut batches: BTreeMap<(ChildKind, String), (String, Vec<String>)> = BTreeMap::new();
     for ((kind, rtype), members) in &groups {
@@ -117,16 +118,7 @@ pub fn batch_deletions(
     }
     let mut emitted: BTreeSet<(ChildKind, String)> = BTreeSet::new();
     let mut out = Vec::with_capacity(actions.len());
-    for (position, action) in actions.into_iter().enumerate() {
-        let key = match (&action, batchable[position]) {
-            (ChildAction::DeletePod { name, uid }, true) => {
-                group_of(&groups, ChildKind::Pod, name, uid)
-            }
-            (ChildAction::DeleteService { name, uid }, true) => {
-                group_of(&groups, ChildKind::Service, name, uid)
-            }
-            _ => None,
-        };
+    for (action, key) in actions.into_iter().zip(group_at) {
         match key.and_then(|key| batches.get(&key).map(|batch| (key, batch))) {
             Some((key, (selector, names))) => {
                 if emitted.insert(key.clone()) {
@@ -170,19 +162,6 @@ pub fn still_shown_alive(requested: &HashSet<String>, children: &[&ObjectMeta]) 
         .filter_map(|meta| meta.uid.clone())
         .filter(|uid| requested.contains(uid))
         .collect()
-}
-
-/// The (kind, replica type) group holding this delete.
-fn group_of(
-    groups: &BTreeMap<(ChildKind, String), BTreeMap<String, Doomed>>,
-    kind: ChildKind,
-    name: &str,
-    uid: &Option<String>,
-) -> Option<(ChildKind, String)> {
-    groups.iter().find_map(|((k, rtype), members)| {
-        (*k == kind && members.values().any(|d| d.name == name && d.uid == *uid))
-            .then(|| (kind, rtype.clone()))
-    })
 }
 
 /// The replica type and index of a child labelled with the short label set
