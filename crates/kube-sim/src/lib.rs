@@ -32,6 +32,7 @@ mod metrics;
 mod names;
 mod object;
 mod patch;
+pub mod protobuf;
 mod rbac;
 mod resources;
 pub mod schema;

@@ -4,9 +4,9 @@
 pub mod auth;
 pub mod discovery;
 pub mod faults;
+mod negotiate;
 mod openapi;
 pub(crate) mod path;
-mod protobuf;
 mod query;
 mod reviews;
 mod scale;
@@ -111,11 +111,24 @@ async fn dispatch(
         Err(rejection) => return body_rejection(&rejection).into_response(),
     };
     let caller = caller.map(|axum::Extension(auth::Caller(user))| user);
-    match handle(&state, &method, &uri, &headers, body, caller.as_ref()).await {
+    let response = match handle(&state, &method, &uri, &headers, body, caller.as_ref()).await {
         // Table answers for kubectl get (table.rs)
         Ok(response) => table::convert(&state.store, &method, &uri, &headers, response).await,
         Err(err) => err.into_response(),
+    };
+    // Protobuf answers for client-go (negotiate.rs)
+    if !negotiate::prefers_protobuf(&headers) {
+        return response;
     }
+    let custom = match ApiPath::parse(uri.path()) {
+        Some(ApiPath::Resource(raw)) => state
+            .store
+            .resolve(&raw.group, &raw.version, &raw.plural)
+            .is_some_and(|rt| rt.custom),
+        _ => false,
+    };
+    let watch = query::Query::parse(uri.query().unwrap_or_default()).watch;
+    negotiate::convert(&headers, custom, watch, response).await
 }
 
 /// A body that could not be read is answered with a Status like every other
@@ -195,8 +208,8 @@ async fn handle(
     }
 }
 
-/// The object in a create or replace body: JSON, or the protobuf subset
-/// kubectl's generator commands send.
+/// The object in a create or replace body of a built-in kind: JSON, or
+/// protobuf (negotiate.rs).
 pub(super) fn request_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -205,14 +218,25 @@ pub(super) fn request_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, 
     let base = content_type.split(';').next().unwrap_or_default().trim();
     match base {
         "" | "application/json" | "*/*" => parse_body(body),
-        protobuf::CONTENT_TYPE => protobuf::decode(body).map_err(|e| {
-            ApiError::unsupported_media_type(&format!("{content_type}: {e}"), &["application/json"])
-        }),
+        crate::protobuf::CONTENT_TYPE => negotiate::decode_body(body),
         _ => Err(ApiError::unsupported_media_type(
             content_type,
-            &["application/json"],
+            &["application/json", crate::protobuf::CONTENT_TYPE],
         )),
     }
+}
+
+/// The object in a create or replace body of `rt`: custom resources take
+/// JSON only, as on the real server.
+fn target_object(
+    rt: &crate::resources::ResourceType,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    if rt.custom && negotiate::is_protobuf_body(headers) {
+        return Err(negotiate::custom_resource_refusal());
+    }
+    request_object(headers, body)
 }
 
 /// Keys a JSON body sets twice (YAML and protobuf bodies are not scanned).
@@ -281,7 +305,7 @@ fn collection(
                 return Err(ApiError::method_not_allowed());
             }
             query.check_write_options("CreateOptions")?;
-            let value = request_object(headers, &body)?;
+            let value = target_object(rt, headers, &body)?;
             let mut params = query.write_params(user_agent(headers));
             params.duplicate_fields = duplicate_fields(headers, &body);
             let created = store.create(rt, &target.version, ns, value, &params)?;
@@ -294,7 +318,7 @@ fn collection(
             ))
         }
         Method::DELETE => {
-            let opts = delete_options(&body, query)?;
+            let opts = delete_options(headers, &body, query)?;
             let page = store.list(rt, ns, &query.list_options(rt)?)?;
             let mut deleted = Vec::new();
             for obj in &page.items {
@@ -320,9 +344,15 @@ fn collection(
     }
 }
 
-fn delete_options(body: &[u8], query: &query::Query) -> Result<DeleteOptions, ApiError> {
+fn delete_options(
+    headers: &HeaderMap,
+    body: &[u8],
+    query: &query::Query,
+) -> Result<DeleteOptions, ApiError> {
     let mut opts = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
+    } else if negotiate::is_protobuf_body(headers) {
+        DeleteOptions::from_body(&negotiate::decode_body(body)?)?
     } else {
         DeleteOptions::from_body(&parse_body(body)?)?
     };
@@ -367,7 +397,7 @@ fn object(
     match *method {
         Method::GET => respond(store.get(rt, ns, name)?, StatusCode::OK, &params),
         Method::PUT => {
-            let value = request_object(headers, &body)?;
+            let value = target_object(rt, headers, &body)?;
             params.duplicate_fields = duplicate_fields(headers, &body);
             respond(
                 store.update(rt, version, ns, name, value, sub, &params)?,
@@ -399,7 +429,7 @@ fn object(
             )
         }
         Method::DELETE if sub == Subresource::Main => {
-            let opts = delete_options(&body, query)?;
+            let opts = delete_options(headers, &body, query)?;
             let deleted = store.delete(rt, ns, name, &opts)?;
             // kube-apiserver answers an immediate deletion of a built-in
             // kind (Pods aside) with a Success Status; custom resources,
