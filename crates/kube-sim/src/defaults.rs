@@ -225,8 +225,16 @@ fn service_spec(spec: &mut Map<String, Value>) {
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for port in ports.iter_mut().filter_map(Value::as_object_mut) {
             set_missing(port, "protocol", json!("TCP"));
-            if let Some(number) = port.get("port").cloned() {
-                set_missing(port, "targetPort", number);
+            // A Go client's `ServicePort{Port: p}` sends targetPort 0;
+            // kube-apiserver defaults 0 and "" like a missing one.
+            let unset = match port.get("targetPort") {
+                None | Some(Value::Null) => true,
+                Some(Value::Number(n)) => n.as_i64() == Some(0),
+                Some(Value::String(s)) => s.is_empty(),
+                Some(_) => false,
+            };
+            if let (true, Some(number)) = (unset, port.get("port").cloned()) {
+                port.insert("targetPort".into(), number);
             }
         }
     }
@@ -306,5 +314,15 @@ mod tests {
         );
         assert_eq!(service["spec"]["ports"][1]["protocol"], "UDP");
         assert_eq!(service["spec"]["ports"][1]["targetPort"], "http");
+    }
+
+    #[test]
+    fn a_target_port_of_zero_or_empty_becomes_the_port_as_go_clients_rely_on() {
+        let mut service = json!({"spec": {"ports": [{"port": 80, "targetPort": 0}, {"port": 81, "targetPort": ""}]}});
+        if let Some(spec) = service.get_mut("spec").and_then(Value::as_object_mut) {
+            service_spec(spec);
+        }
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], 80);
+        assert_eq!(service["spec"]["ports"][1]["targetPort"], 81);
     }
 }

@@ -171,9 +171,34 @@ impl KubeSimBuilder {
         self
     }
 
+    /// The tokens a TokenReview authenticates: the static ones and the
+    /// admin token, as kube-apiserver reviews every token it accepts
+    /// itself (`kubectl auth whoami` and a TokenReview of the same token
+    /// name the same user).
+    fn take_reviewable_tokens(&mut self) -> Vec<crate::tokens::StaticToken> {
+        let mut tokens = std::mem::take(&mut self.static_tokens);
+        if let Some(admin) = &self.admin_token {
+            let user = crate::http::auth::admin();
+            let groups: Vec<&str> = user
+                .groups
+                .iter()
+                .map(String::as_str)
+                .filter(|g| *g != "system:authenticated")
+                .collect();
+            tokens.push(crate::tokens::StaticToken::new(
+                admin,
+                &user.username,
+                "",
+                &groups,
+            ));
+        }
+        tokens
+    }
+
     /// Starts serving on 127.0.0.1 and builds the in-process client.
     /// Must be called inside a Tokio runtime.
     pub async fn start(mut self) -> Result<KubeSim, Error> {
+        let reviewable_tokens = self.take_reviewable_tokens();
         // Without a kubelet nobody would finish graceful pod deletions, so
         // they complete at once, as if the pods had stopped immediately.
         self.config.graceful_pod_deletion = self.kubelet.enabled;
@@ -188,9 +213,7 @@ impl KubeSimBuilder {
             server_address: Default::default(),
             faults: faults.clone(),
             metrics: metrics.clone(),
-            tokens: Arc::new(crate::tokens::Tokens::new(std::mem::take(
-                &mut self.static_tokens,
-            ))),
+            tokens: Arc::new(crate::tokens::Tokens::new(reviewable_tokens)),
         };
         let certificates = if self.tls {
             Some(crate::tls::ServingCertificates::generate()?)

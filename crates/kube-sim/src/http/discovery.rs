@@ -31,6 +31,70 @@ pub fn core_versions(server_address: &str) -> Value {
     })
 }
 
+/// A create-only API answered outside the store (reviews.rs, tokens.rs):
+/// listed in discovery and OpenAPI like the stored kinds, so `kubectl
+/// create -f tokenreview.yaml` finds its kind.
+pub struct ReviewApi {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+}
+
+pub const REVIEW_APIS: &[ReviewApi] = &[
+    ReviewApi {
+        group: "authentication.k8s.io",
+        version: "v1",
+        plural: "tokenreviews",
+        kind: "TokenReview",
+        namespaced: false,
+    },
+    ReviewApi {
+        group: "authentication.k8s.io",
+        version: "v1",
+        plural: "selfsubjectreviews",
+        kind: "SelfSubjectReview",
+        namespaced: false,
+    },
+    ReviewApi {
+        group: "authorization.k8s.io",
+        version: "v1",
+        plural: "subjectaccessreviews",
+        kind: "SubjectAccessReview",
+        namespaced: false,
+    },
+    ReviewApi {
+        group: "authorization.k8s.io",
+        version: "v1",
+        plural: "selfsubjectaccessreviews",
+        kind: "SelfSubjectAccessReview",
+        namespaced: false,
+    },
+    ReviewApi {
+        group: "authorization.k8s.io",
+        version: "v1",
+        plural: "localsubjectaccessreviews",
+        kind: "LocalSubjectAccessReview",
+        namespaced: true,
+    },
+];
+
+/// Groups served only by review APIs, with their versions.
+fn review_groups() -> Vec<(&'static str, Vec<String>)> {
+    let mut groups: Vec<(&'static str, Vec<String>)> = Vec::new();
+    for api in REVIEW_APIS {
+        match groups.iter_mut().find(|(g, _)| *g == api.group) {
+            Some((_, versions)) if !versions.iter().any(|v| v == api.version) => {
+                versions.push(api.version.to_string());
+            }
+            Some(_) => {}
+            None => groups.push((api.group, vec![api.version.to_string()])),
+        }
+    }
+    groups
+}
+
 fn group_json(group: &str, versions: &[String]) -> Value {
     let list: Vec<Value> = versions
         .iter()
@@ -45,11 +109,16 @@ fn group_json(group: &str, versions: &[String]) -> Value {
 }
 
 pub fn group_list(registry: &Registry) -> Value {
-    let groups: Vec<Value> = registry
-        .groups()
+    let served = registry.groups();
+    let mut groups: Vec<Value> = served
         .iter()
         .map(|(g, versions)| group_json(g, versions))
         .collect();
+    for (group, versions) in review_groups() {
+        if !served.contains_key(group) {
+            groups.push(group_json(group, &versions));
+        }
+    }
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
@@ -59,7 +128,13 @@ pub fn group_list(registry: &Registry) -> Value {
 
 pub fn group(registry: &Registry, name: &str) -> Option<Value> {
     let groups = registry.groups();
-    let versions = groups.get(name)?;
+    let reviews = review_groups();
+    let versions = groups.get(name).or_else(|| {
+        reviews
+            .iter()
+            .find(|(g, _)| *g == name)
+            .map(|(_, versions)| versions)
+    })?;
     let mut doc = group_json(name, versions);
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
@@ -127,11 +202,22 @@ fn resource_entries(rt: &ResourceType, version: &str) -> Vec<Value> {
 
 /// The `APIResourceList` of one group-version, or None when nothing is served there.
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
-    let resources: Vec<Value> = registry
+    let mut resources: Vec<Value> = registry
         .all()
         .filter(|rt| rt.group == group && rt.serves(version))
         .flat_map(|rt| resource_entries(rt, version))
         .collect();
+    resources.extend(
+        REVIEW_APIS
+            .iter()
+            .filter(|api| api.group == group && api.version == version)
+            .map(|api| {
+                json!({
+                    "name": api.plural, "singularName": "", "namespaced": api.namespaced,
+                    "kind": api.kind, "verbs": ["create"],
+                })
+            }),
+    );
     if resources.is_empty() {
         return None;
     }
@@ -175,6 +261,30 @@ mod tests {
             .unwrap();
         assert_eq!(pods["shortNames"], json!(["po"]));
         assert_eq!(pods["namespaced"], json!(true));
+    }
+
+    #[test]
+    fn the_review_apis_are_discovered_as_create_only_kinds() {
+        let registry = Registry::with_builtins();
+        let groups = group_list(&registry);
+        let names: Vec<&str> = groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"authentication.k8s.io"), "{names:?}");
+        assert!(names.contains(&"authorization.k8s.io"), "{names:?}");
+        let list = resource_list(&registry, "authentication.k8s.io", "v1").unwrap();
+        let token_reviews = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "tokenreviews")
+            .unwrap();
+        assert_eq!(token_reviews["kind"], "TokenReview");
+        assert_eq!(token_reviews["verbs"], json!(["create"]));
+        assert!(group(&registry, "authorization.k8s.io").is_some());
     }
 
     #[test]

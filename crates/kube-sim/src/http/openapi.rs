@@ -103,14 +103,77 @@ fn documents(store: &Arc<Store>, only: Option<&str>) -> BTreeMap<String, Value> 
                 .push(rt.clone());
         }
     }
-    by_gv
+    let mut docs: BTreeMap<String, Value> = by_gv
         .into_iter()
         .filter(|((g, v), _)| only.is_none_or(|key| key == document_key(g, v)))
         .map(|((group, version), types)| {
             let doc = gv_document(store, &group, &version, &types);
             (document_key(&group, &version), doc)
         })
-        .collect()
+        .collect();
+    for api in super::discovery::REVIEW_APIS {
+        let key = document_key(api.group, api.version);
+        if only.is_some_and(|k| k != key) || docs.contains_key(&key) {
+            continue;
+        }
+        docs.insert(key, review_document(api.group, api.version));
+    }
+    docs
+}
+
+/// The document of a review group: each kind's schema and its one POST.
+fn review_document(group: &str, version: &str) -> Value {
+    use k8s_openapi::api::authentication::v1 as authn;
+    use k8s_openapi::api::authorization::v1 as authz;
+    let mut generator = generator();
+    let mut paths = Map::new();
+    let mut named = Vec::new();
+    for api in super::discovery::REVIEW_APIS
+        .iter()
+        .filter(|a| a.group == group && a.version == version)
+    {
+        let gen_ref = Some(&mut generator);
+        let name = match api.kind {
+            "TokenReview" => register::<authn::TokenReview>(gen_ref),
+            "SelfSubjectReview" => register::<authn::SelfSubjectReview>(gen_ref),
+            "SubjectAccessReview" => register::<authz::SubjectAccessReview>(gen_ref),
+            "SelfSubjectAccessReview" => register::<authz::SelfSubjectAccessReview>(gen_ref),
+            "LocalSubjectAccessReview" => register::<authz::LocalSubjectAccessReview>(gen_ref),
+            _ => continue,
+        };
+        let path = if api.namespaced {
+            format!(
+                "/apis/{group}/{version}/namespaces/{{namespace}}/{}",
+                api.plural
+            )
+        } else {
+            format!("/apis/{group}/{version}/{}", api.plural)
+        };
+        let gvk = json!({"group": group, "version": version, "kind": api.kind});
+        paths.insert(
+            path,
+            json!({"post": {
+                "operationId": format!("create{}{version}", api.kind),
+                "x-kubernetes-action": "post",
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": write_params(),
+                "requestBody": {"content": object_content(&name), "required": true},
+                "responses": {"201": {"description": "Created", "content": object_content(&name)}},
+            }}),
+        );
+        named.push((name, api.kind));
+    }
+    let mut schemas = generator.take_definitions(true);
+    for (name, kind) in named {
+        let schema = schemas.remove(&name).unwrap_or_else(permissive_schema);
+        schemas.insert(name, with_gvk(schema, group, version, kind));
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0-kube-sim"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
 }
 
 fn gv_document(store: &Store, group: &str, version: &str, types: &[Arc<ResourceType>]) -> Value {

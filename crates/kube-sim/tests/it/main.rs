@@ -14,6 +14,7 @@ mod kubectl_parity;
 mod kubectl_workloads;
 mod kubelet;
 mod lifecycle;
+mod protobuf;
 mod python_client;
 mod rbac_e2e;
 mod security;

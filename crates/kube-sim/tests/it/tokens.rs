@@ -180,3 +180,66 @@ async fn kubectl_create_token_prints_a_token_that_reviews_as_the_service_account
         String::from_utf8_lossy(&missing.stderr)
     );
 }
+
+/// `kubectl create -f` of a TokenReview finds its kind through discovery,
+/// and the admin token reviews as the user `kubectl auth whoami` names, as
+/// on kube-apiserver. `--validate=false`: for a kind without a PATCH
+/// operation kubectl validates on the client against OpenAPI v2 (served as
+/// gnostic protobuf), which kube-sim does not serve.
+#[tokio::test]
+async fn the_admin_token_reviews_as_the_user_kubectl_auth_whoami_names() {
+    let sim = kube_sim::KubeSim::builder()
+        .require_token()
+        .tls()
+        .start()
+        .await
+        .unwrap();
+    let kubectl = crate::kubectl_parity::Kubectl::new(&sim);
+    let review = kubectl.file(
+        "review.yaml",
+        &format!(
+            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {}\n",
+            sim.token().unwrap()
+        ),
+    );
+    let created: serde_json::Value = serde_json::from_str(
+        &kubectl
+            .ok(&["create", "--validate=false", "-f", &review, "-o", "json"])
+            .await,
+    )
+    .unwrap();
+    assert_eq!(created["status"]["authenticated"], true, "{created}");
+    let whoami: serde_json::Value =
+        serde_json::from_str(&kubectl.ok(&["auth", "whoami", "-o", "json"]).await).unwrap();
+    assert_eq!(
+        created["status"]["user"]["username"],
+        whoami["status"]["userInfo"]["username"]
+    );
+    let mut reviewed: Vec<&str> = created["status"]["user"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g.as_str())
+        .collect();
+    let mut asked: Vec<&str> = whoami["status"]["userInfo"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g.as_str())
+        .collect();
+    reviewed.sort_unstable();
+    asked.sort_unstable();
+    assert_eq!(reviewed, asked);
+    // A SubjectAccessReview is found the same way.
+    let sar = kubectl.file(
+        "sar.yaml",
+        "apiVersion: authorization.k8s.io/v1\nkind: SubjectAccessReview\nspec:\n  user: nobody\n  resourceAttributes: {verb: get, resource: pods, namespace: default}\n",
+    );
+    let answered: serde_json::Value = serde_json::from_str(
+        &kubectl
+            .ok(&["create", "--validate=false", "-f", &sar, "-o", "json"])
+            .await,
+    )
+    .unwrap();
+    assert_eq!(answered["status"]["allowed"], false, "{answered}");
+}
