@@ -778,8 +778,9 @@ fn configmap_data(cm: &Value) -> Value {
     json!(count("data") + count("binaryData"))
 }
 
-/// Evaluates the JSONPath subset printer columns use: `.a.b`, `[n]`,
-/// `['key']`, `[*]` and `[?(@.field=="value")]` filters.
+/// Evaluates the JSONPath kube-apiserver's printer columns support: `.a.b`,
+/// `[n]` and `[-n]`, slices `[start:end:step]` (`[-1:]`), `['key']`, `[*]`
+/// and filters `[?(@.field=="value")]`, `!=` and `[?(@.field)]`.
 pub fn jsonpath<'a>(root: &'a Value, path: &str) -> Vec<&'a Value> {
     let path = path.trim();
     let path = path
@@ -807,8 +808,23 @@ pub fn jsonpath<'a>(root: &'a Value, path: &str) -> Vec<&'a Value> {
 enum Step {
     Field(String),
     Index(i64),
+    Slice {
+        start: Option<i64>,
+        end: Option<i64>,
+        step: i64,
+    },
     All,
-    Filter { field: Vec<String>, equals: String },
+    Filter {
+        field: Vec<String>,
+        test: FilterTest,
+    },
+}
+
+#[derive(Debug, PartialEq)]
+enum FilterTest {
+    Equals(String),
+    Differs(String),
+    Exists,
 }
 
 fn next_step(path: &str) -> Option<(Step, &str)> {
@@ -836,21 +852,68 @@ fn next_step(path: &str) -> Option<(Step, &str)> {
     let step = if inner == "*" {
         Step::All
     } else if let Some(filter) = inner.strip_prefix("?(").and_then(|f| f.strip_suffix(')')) {
-        let (lhs, rhs) = filter.split_once("==")?;
+        let (lhs, test) = if let Some((lhs, rhs)) = filter.split_once("!=") {
+            (lhs, FilterTest::Differs(unquote(rhs)))
+        } else if let Some((lhs, rhs)) = filter.split_once("==") {
+            (lhs, FilterTest::Equals(unquote(rhs)))
+        } else {
+            (filter, FilterTest::Exists)
+        };
         let field = lhs
             .trim()
             .strip_prefix("@.")?
             .split('.')
             .map(str::to_string)
             .collect();
-        let equals = rhs.trim().trim_matches(['"', '\'']).to_string();
-        Step::Filter { field, equals }
+        Step::Filter { field, test }
+    } else if inner.contains(':') {
+        let mut parts = inner.split(':').map(str::trim);
+        let bound = |p: Option<&str>| -> Option<Option<i64>> {
+            match p {
+                None | Some("") => Some(None),
+                Some(n) => n.parse().ok().map(Some),
+            }
+        };
+        let start = bound(parts.next())?;
+        let end = bound(parts.next())?;
+        let step = bound(parts.next())?.unwrap_or(1);
+        if step == 0 || parts.next().is_some() {
+            return None;
+        }
+        Step::Slice { start, end, step }
     } else if let Ok(n) = inner.parse::<i64>() {
         Step::Index(n)
     } else {
         Step::Field(inner.trim_matches(['"', '\'']).to_string())
     };
     Some((step, tail))
+}
+
+fn unquote(text: &str) -> String {
+    text.trim().trim_matches(['"', '\'']).to_string()
+}
+
+/// Go's jsonpath slice: negative bounds count from the end, bounds are
+/// clamped to the list, a negative step walks backwards.
+fn slice<'a>(items: &'a [Value], start: Option<i64>, end: Option<i64>, step: i64) -> Vec<&'a Value> {
+    let len = items.len() as i64;
+    let clamp = |n: i64| if n < 0 { (n + len).max(0) } else { n.min(len) };
+    let mut out = Vec::new();
+    if step > 0 {
+        let (mut i, stop) = (clamp(start.unwrap_or(0)), clamp(end.unwrap_or(len)));
+        while i < stop {
+            out.extend(items.get(i as usize));
+            i += step;
+        }
+    } else {
+        let mut i = start.map_or(len - 1, |s| clamp(s).min(len - 1));
+        let stop = end.map_or(-1, clamp);
+        while i > stop {
+            out.extend(items.get(i as usize));
+            i += step;
+        }
+    }
+    out
 }
 
 fn apply_step<'a>(value: &'a Value, step: &Step) -> Vec<&'a Value> {
@@ -872,7 +935,11 @@ fn apply_step<'a>(value: &'a Value, step: &Step) -> Vec<&'a Value> {
             Value::Object(map) => map.values().collect(),
             _ => Vec::new(),
         },
-        Step::Filter { field, equals } => value
+        Step::Slice { start, end, step } => value
+            .as_array()
+            .map(|items| slice(items, *start, *end, *step))
+            .unwrap_or_default(),
+        Step::Filter { field, test } => value
             .as_array()
             .map(|items| {
                 items
@@ -882,7 +949,11 @@ fn apply_step<'a>(value: &'a Value, step: &Step) -> Vec<&'a Value> {
                         for part in field {
                             cur = cur.and_then(|c| c.get(part));
                         }
-                        cur.is_some_and(|v| scalar_text(v) == *equals)
+                        match test {
+                            FilterTest::Equals(want) => cur.is_some_and(|v| scalar_text(v) == *want),
+                            FilterTest::Differs(want) => cur.is_some_and(|v| scalar_text(v) != *want),
+                            FilterTest::Exists => cur.is_some(),
+                        }
                     })
                     .collect()
             })
@@ -917,6 +988,39 @@ mod tests {
             vec![&json!("w")]
         );
         assert!(jsonpath(&obj, ".spec.missing.deeper").is_empty());
+    }
+
+    #[test]
+    fn jsonpath_slices_and_filters_as_kube_apiserver_printer_columns_do() {
+        let obj = json!({"status": {"conditions": [
+            {"type": "Created", "status": "True"},
+            {"type": "Running", "status": "False"},
+            {"type": "Succeeded", "status": "True", "reason": "Done"},
+        ]}});
+        // The TFJob CRD's STATE column.
+        assert_eq!(jsonpath(&obj, ".status.conditions[-1:].type"), vec![&json!("Succeeded")]);
+        assert_eq!(
+            jsonpath(&obj, ".status.conditions[0:2].type"),
+            vec![&json!("Created"), &json!("Running")]
+        );
+        assert_eq!(
+            jsonpath(&obj, ".status.conditions[::2].type"),
+            vec![&json!("Created"), &json!("Succeeded")]
+        );
+        assert_eq!(
+            jsonpath(&obj, ".status.conditions[::-1].type"),
+            vec![&json!("Succeeded"), &json!("Running"), &json!("Created")]
+        );
+        assert_eq!(jsonpath(&obj, ".status.conditions[-5:1].type"), vec![&json!("Created")]);
+        assert_eq!(
+            jsonpath(&obj, r#".status.conditions[?(@.status!="True")].type"#),
+            vec![&json!("Running")]
+        );
+        assert_eq!(
+            jsonpath(&obj, ".status.conditions[?(@.reason)].type"),
+            vec![&json!("Succeeded")]
+        );
+        assert!(jsonpath(&obj, ".status.conditions[-1:].missing").is_empty());
     }
 
     #[test]
