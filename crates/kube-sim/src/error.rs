@@ -327,6 +327,18 @@ impl ApiError {
         error
     }
 
+    /// 429 with one cause, as an eviction a disruption budget refuses.
+    pub fn too_many_requests_because(
+        message: &str,
+        cause_reason: &str,
+        cause_message: &str,
+    ) -> Self {
+        let mut error = Self::new(429, "TooManyRequests", message);
+        error.details =
+            Some(json!({"causes": [{"reason": cause_reason, "message": cause_message}]}));
+        error
+    }
+
     /// 503, as the real server answers while it cannot serve a request.
     pub fn service_unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message)

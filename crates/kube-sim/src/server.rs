@@ -235,6 +235,7 @@ impl KubeSimBuilder {
                 },
             ))
             .merge(crate::kubelet::binding::routes(store.clone()))
+            .merge(crate::http::eviction::routes(store.clone()))
             // faults: in front of every Kubernetes route, merged ones included
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),

@@ -196,6 +196,10 @@ fn resource_entries(rt: &ResourceType, version: &str) -> Vec<Value> {
             "name": "pods/binding", "singularName": "", "namespaced": true,
             "kind": "Binding", "verbs": ["create"],
         }));
+        entries.push(json!({
+            "name": "pods/eviction", "singularName": "", "namespaced": true,
+            "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"],
+        }));
     }
     entries
 }

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod discovery;
+pub(crate) mod eviction;
 pub mod faults;
 mod negotiate;
 mod openapi;

@@ -26,7 +26,7 @@ pub fn supported(rt: &ResourceType) -> bool {
 }
 
 /// `matchLabels` (and set-based expressions) as a label selector string.
-fn selector_string(selector: &Value) -> String {
+pub(super) fn selector_string(selector: &Value) -> String {
     let mut parts: Vec<String> = selector
         .get("matchLabels")
         .and_then(Value::as_object)

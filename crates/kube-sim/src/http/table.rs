@@ -895,7 +895,12 @@ fn unquote(text: &str) -> String {
 
 /// Go's jsonpath slice: negative bounds count from the end, bounds are
 /// clamped to the list, a negative step walks backwards.
-fn slice<'a>(items: &'a [Value], start: Option<i64>, end: Option<i64>, step: i64) -> Vec<&'a Value> {
+fn slice<'a>(
+    items: &'a [Value],
+    start: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+) -> Vec<&'a Value> {
     let len = items.len() as i64;
     let clamp = |n: i64| if n < 0 { (n + len).max(0) } else { n.min(len) };
     let mut out = Vec::new();
@@ -950,8 +955,12 @@ fn apply_step<'a>(value: &'a Value, step: &Step) -> Vec<&'a Value> {
                             cur = cur.and_then(|c| c.get(part));
                         }
                         match test {
-                            FilterTest::Equals(want) => cur.is_some_and(|v| scalar_text(v) == *want),
-                            FilterTest::Differs(want) => cur.is_some_and(|v| scalar_text(v) != *want),
+                            FilterTest::Equals(want) => {
+                                cur.is_some_and(|v| scalar_text(v) == *want)
+                            }
+                            FilterTest::Differs(want) => {
+                                cur.is_some_and(|v| scalar_text(v) != *want)
+                            }
                             FilterTest::Exists => cur.is_some(),
                         }
                     })
@@ -998,7 +1007,10 @@ mod tests {
             {"type": "Succeeded", "status": "True", "reason": "Done"},
         ]}});
         // The TFJob CRD's STATE column.
-        assert_eq!(jsonpath(&obj, ".status.conditions[-1:].type"), vec![&json!("Succeeded")]);
+        assert_eq!(
+            jsonpath(&obj, ".status.conditions[-1:].type"),
+            vec![&json!("Succeeded")]
+        );
         assert_eq!(
             jsonpath(&obj, ".status.conditions[0:2].type"),
             vec![&json!("Created"), &json!("Running")]
@@ -1011,7 +1023,10 @@ mod tests {
             jsonpath(&obj, ".status.conditions[::-1].type"),
             vec![&json!("Succeeded"), &json!("Running"), &json!("Created")]
         );
-        assert_eq!(jsonpath(&obj, ".status.conditions[-5:1].type"), vec![&json!("Created")]);
+        assert_eq!(
+            jsonpath(&obj, ".status.conditions[-5:1].type"),
+            vec![&json!("Created")]
+        );
         assert_eq!(
             jsonpath(&obj, r#".status.conditions[?(@.status!="True")].type"#),
             vec![&json!("Running")]

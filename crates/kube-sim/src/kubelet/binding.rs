@@ -32,11 +32,30 @@ async fn binding(
     State(store): State<Arc<Store>>,
     Path((namespace, name)): Path<(String, String)>,
     method: Method,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
     if method != Method::POST {
         return ApiError::method_not_allowed().into_response();
     }
+    // kube-scheduler and other Go clients send the Binding as protobuf.
+    let protobuf = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(crate::protobuf::CONTENT_TYPE));
+    let body = if protobuf {
+        match crate::protobuf::decode_object(&body) {
+            Ok(value) => Bytes::from(value.to_string()),
+            Err(e) => {
+                return ApiError::bad_request(format!(
+                    "the protobuf body of the request could not be decoded: {e}"
+                ))
+                .into_response();
+            }
+        }
+    } else {
+        body
+    };
     match bind(&store, &namespace, &name, &body) {
         Ok(()) => {
             let status = json!({

@@ -7,6 +7,7 @@ mod crud;
 mod data_dir;
 mod differential_e2e;
 mod events;
+mod eviction;
 mod exec;
 mod faults;
 mod gc;
