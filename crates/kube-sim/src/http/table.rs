@@ -895,12 +895,7 @@ fn unquote(text: &str) -> String {
 
 /// Go's jsonpath slice: negative bounds count from the end, bounds are
 /// clamped to the list, a negative step walks backwards.
-fn slice<'a>(
-    items: &'a [Value],
-    start: Option<i64>,
-    end: Option<i64>,
-    step: i64,
-) -> Vec<&'a Value> {
+fn slice(items: &[Value], start: Option<i64>, end: Option<i64>, step: i64) -> Vec<&Value> {
     let len = items.len() as i64;
     let clamp = |n: i64| if n < 0 { (n + len).max(0) } else { n.min(len) };
     let mut out = Vec::new();
