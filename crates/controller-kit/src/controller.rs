@@ -268,8 +268,9 @@ impl<K: QueueKey> LeaderWork for Controller<K> {
     }
 }
 
-/// The generic worker loop (upstream 3.3): get, reconcile, forget on success, retry
-/// rate-limited on failure unless leadership or the queue is ending.
+/// The generic worker loop, as upstream Mokka runs each of its controllers: get, reconcile,
+/// forget on success, retry rate-limited on failure unless leadership or the queue is
+/// ending.
 async fn run_worker<K: QueueKey>(
     name: String,
     queue: WorkQueue<K>,

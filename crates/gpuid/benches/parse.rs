@@ -1,6 +1,6 @@
 //! Parse throughput on the real 8 × B200 capture (357 KB), the largest one.
 //!
-//! Run: `CARGO_TARGET_DIR=/work/targets/gpuid cargo bench -p gpuid --bench parse`
+//! Run: `cargo bench -p gpuid --bench parse`
 //! Prints one row per measurement: median time per document over several
 //! batches, documents/s, GPU records/s and input MB/s.
 

@@ -1,10 +1,10 @@
-//! Upstream's KWOK scale contract (report 5.7) on kube-sim in the same
-//! process: the controller against N eligible Nodes in racks of 100 Nodes
-//! x 1 GPU. Measures the time from start to every Node projected (the
-//! inventory Programmed), the time to converge after a controller restart
-//! (with the rack writes and Node patches it made: expected zero), after
-//! one Node replaced (same name, new UID), after the inventory shrinks by
-//! 10 %, and the process RSS (kube-sim included).
+//! Upstream Mokka's opt-in KWOK scale test (`tests/kwok`), here on kube-sim
+//! in the same process: the controller against N eligible Nodes in racks of
+//! 100 Nodes x 1 GPU. Measures the time from start to every Node projected
+//! (the inventory Programmed), the time to converge after a controller
+//! restart (with the rack writes and Node patches it made: expected zero),
+//! after one Node replaced (same name, new UID), after the inventory
+//! shrinks by 10 %, and the process RSS (kube-sim included).
 //!
 //! Run: `cargo bench -p mokka --bench controller_scale -- 1000 10000`
 //! (tiers as arguments; default 1000 and 10000).

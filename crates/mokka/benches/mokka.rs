@@ -1,7 +1,7 @@
 //! Mokka pure-core benchmarks at upstream's scale contract: 100,000 Nodes in
 //! GB300 NVL72-shaped racks (18 Nodes x 4 GPUs, 5,556 racks).
 //!
-//! Run: `CARGO_TARGET_DIR=/work/main/target cargo bench -p mokka`
+//! Run: `cargo bench -p mokka`
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

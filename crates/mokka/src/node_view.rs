@@ -1,8 +1,9 @@
-//! What a node agent receives (report 4.2, a proposal upstream never
-//! built): a Node's assignments with identity, profile shape and every GPU
-//! with its effective runtime; the ETag of that answer; and the validation
-//! of the request. Pure: the controller's node API and `gpufleet mokka
-//! node-view` build the same value from the read API.
+//! What a node agent receives (upstream Mokka has no such answer: its
+//! `ControlPlaneSource` is a stub; see docs/mokka-node-api.md): a Node's
+//! assignments with identity, profile shape and every GPU with its
+//! effective runtime; the ETag of that answer; and the validation of the
+//! request. Pure: the controller's node API and `gpufleet mokka node-view`
+//! build the same value from the read API.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

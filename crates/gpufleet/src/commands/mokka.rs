@@ -1,7 +1,8 @@
-//! `gpufleet mokka [FLAGS]`: the Mokka control plane, with upstream's
-//! flags and environment variables (report 3.14), so an operator switches
-//! by changing the image and the command (`control-plane ARGS` becomes
-//! `gpufleet mokka ARGS`). `gpufleet mokka render` previews racks offline.
+//! `gpufleet mokka [FLAGS]`: the Mokka control plane, with the flags and
+//! environment variables of upstream's `control-plane`, so an operator
+//! switches by changing the image and the command (`control-plane ARGS`
+//! becomes `gpufleet mokka ARGS`). `gpufleet mokka render` previews racks
+//! offline.
 //!
 //! A flag beats its environment variable. Configuration errors name the
 //! flag and the rule and stop the process before it contacts the cluster.

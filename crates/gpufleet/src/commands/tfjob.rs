@@ -42,9 +42,9 @@ pub enum CleanPodPolicyArg {
     None,
 }
 
-/// The operator's flags. Upstream's names are kept (tf-operator's, report
-/// 3.1, and training-operator's, 3.4), so existing Deployments start
-/// unchanged; Go's single dash (`-namespace=x`) is accepted too (see
+/// The operator's flags. Upstream's names are kept (both tf-operator's and
+/// training-operator's spellings), so existing Deployments start unchanged;
+/// Go's single dash (`-namespace=x`) is accepted too (see
 /// [`single_dash_to_double`]).
 #[derive(Debug, Args)]
 pub struct RunArgs {

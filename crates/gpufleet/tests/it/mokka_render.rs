@@ -162,7 +162,8 @@ spec: {{targetRef: {{group: mokka.nvidia.com, kind: SGPUInventory, name: refs}}}
     let out = render(&["-f", file.path().to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // Upstream's message for a projected-label selector (acceptance 5.1 #6).
+    // Upstream Mokka's exact message when a rack group's selector names a
+    // label the controller itself projects onto Nodes.
     assert!(
         stderr.contains(
             "SGPUInventory \"selector-bad\": Accepted=False InvalidInventory: rack group \"compute\" \

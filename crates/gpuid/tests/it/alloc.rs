@@ -2,6 +2,10 @@
 //! allocated by the parsing thread stay proportional to what is kept,
 //! never to the size of what is skipped.
 
+// A `GlobalAlloc` is an unsafe trait: this module is the one place in the
+// workspace allowed unsafe code (gpuid's Cargo.toml denies it elsewhere).
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

@@ -480,6 +480,3 @@ impl State {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -600,9 +600,9 @@ fn bound(rack: &SGPURack) -> impl Iterator<Item = &crate::api::NodeRef> {
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The generic worker loop (upstream 3.3): get, reconcile, forget on
-/// success, retry rate-limited on failure unless leadership or the queue is
-/// ending.
+/// The generic worker loop, as upstream Mokka runs each of its
+/// controllers: get, reconcile, forget on success, retry rate-limited on
+/// failure unless leadership or the queue is ending.
 fn spawn_worker<K, F>(
     workers: &mut JoinSet<()>,
     name: &'static str,

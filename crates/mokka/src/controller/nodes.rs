@@ -1,6 +1,7 @@
 //! The Node side of the caches: the server-side eligibility selector, the
 //! transform that keeps only what Mokka reads, and the live GET bounded by
-//! `LiveNodeGetTimeout` and a semaphore (upstream 3.2).
+//! `LiveNodeGetTimeout` and a semaphore (upstream's option and limit, so a
+//! slow API server cannot pile up GETs).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Runtime-policy evaluation in the running controller (upstream 3.11).
+//! Runtime-policy evaluation in the running controller.
 //!
 //! Upstream evaluates every policy of an inventory on every runtime query.
 //! Here an inventory's [`Evaluation`] is computed once per input revision —

@@ -1,8 +1,8 @@
-//! The projection reconciler (upstream 3.8), keyed by Node name: first the
-//! requested cleanups of that Node's released bindings, then the projection
-//! of its one current binding. Every write is a non-forced server-side
-//! apply by `mokka-controller` of a minimal Node with its UID, so a value
-//! another manager owns is reported as a conflict, never overwritten.
+//! The projection reconciler, keyed by Node name: first the requested
+//! cleanups of that Node's released bindings, then the projection of its
+//! one current binding. Every write is a non-forced server-side apply by
+//! `mokka-controller` of a minimal Node with its UID, so a value another
+//! manager owns is reported as a conflict, never overwritten.
 
 use std::sync::Arc;
 

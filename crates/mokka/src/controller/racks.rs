@@ -1,4 +1,4 @@
-//! The rack reconciler (upstream 3.7): one full reconcile per inventory,
+//! The rack reconciler: one full reconcile per inventory, as upstream does,
 //! under the inventory's lock. It asks `plan::inventory` what to write and
 //! writes it: rack creates with our field manager and no prior read,
 //! updates with the cached resourceVersion (optimistic concurrency, re-read

@@ -1,8 +1,8 @@
-//! The read API (upstream 3.12): a Node's assignments and the effective
-//! runtime of its GPUs, answered from the process-lifetime caches, so every
-//! replica with synced caches — leader or standby — serves it without any
-//! write work. In-process callers (the sandbox) and the node-agent HTTP API
-//! use the same two calls.
+//! The read API (upstream's `AssignmentsForNode` and `EffectiveRuntime`): a
+//! Node's assignments and the effective runtime of its GPUs, answered from
+//! the process-lifetime caches, so every replica with synced caches —
+//! leader or standby — serves it without any write work. In-process callers
+//! (the sandbox) and the node-agent HTTP API use the same two calls.
 
 use std::sync::Arc;
 

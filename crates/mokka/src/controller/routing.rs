@@ -1,4 +1,5 @@
-//! Event routing (upstream 3.13).
+//! Event routing: which watch event wakes which queue, following
+//! upstream's handlers.
 //!
 //! Process-lifetime handlers keep the Node catalog and the topology counter
 //! current on every replica, leader or not. Write-side handlers exist only
@@ -284,10 +285,10 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
         detach.push(Box::new(move || store.detach(id)));
     }
 
-    // Policies (upstream 3.11): a spec change re-evaluates the old and new
-    // targets; a status-only change re-checks its target (the reconciler
-    // trusts its cache); a change of labels or other metadata routes
-    // nothing. Each touched target's inventory status carries the summary.
+    // Policies: a spec change re-evaluates the old and new targets; a
+    // status-only change re-checks its target (the reconciler trusts its
+    // cache); a change of labels or other metadata routes nothing. Each
+    // touched target's inventory status carries the summary.
     {
         let queues = Arc::clone(queues);
         let seen: Mutex<HashMap<String, (u64, u64, String)>> = Mutex::new(HashMap::new());
@@ -346,8 +347,8 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
                 };
                 let rack = event.object();
                 let name = rack.metadata.name.clone().unwrap_or_default();
-                // Upstream 3.13: a status-only update only observes the
-                // status (the pending-write guard) and refreshes statuses.
+                // As upstream: a status-only update only observes the status
+                // (the pending-write guard) and refreshes statuses.
                 if !seen.changed(event) {
                     if let ObjectEvent::Applied(_) = event {
                         observe_rack_status(&context, rack);
@@ -356,12 +357,12 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
                     }
                     return;
                 }
-                // Upstream 3.13: a change of bindings only (our own writes,
+                // As upstream: a change of bindings only (our own writes,
                 // mostly) is the rack group's work; a new rack, a changed
-                // template or owner, a deletion or a foreign rack wake the
-                // full reconcile of every inventory involved (a new rack
-                // too: that reconcile's count of missing racks feeds status;
-                // the inventory queue folds a burst of creates into one).
+                // template or owner, a deletion or a foreign rack wake the full
+                // reconcile of every inventory involved (a new rack too: that
+                // reconcile's count of missing racks feeds status; the
+                // inventory queue folds a burst of creates into one).
                 let template = template_fingerprint(rack);
                 let previous = {
                     let mut templates = templates.lock();
@@ -414,7 +415,7 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
     // when an allocation-relevant field changed (our own projection does
     // not wake the rack reconciler), the groups it affects: those of the
     // racks bound to it and those whose selector matches its old or new
-    // labels (upstream 3.13).
+    // labels (upstream routes Node events the same way).
     {
         let queues = Arc::clone(queues);
         let weak = Arc::downgrade(context);

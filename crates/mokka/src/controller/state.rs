@@ -57,7 +57,8 @@ pub struct RackResult {
 }
 
 /// Projection cleanups requested by the rack reconciler and their
-/// acknowledgements (upstream 3.8).
+/// acknowledgements by the projection reconciler: a binding is cleared
+/// only after its Node's projected keys are gone.
 #[derive(Default)]
 pub struct CleanupBook {
     /// Node name → bindings whose projection must be removed.

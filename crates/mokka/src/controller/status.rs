@@ -1,7 +1,7 @@
-//! The status reconcilers (upstream 3.9), fed through the coalescer. Inputs
-//! come from the caches and the latest rack result; nothing is listed.
-//! Inventory status is compared with a live GET; rack status trusts the
-//! cache unless a write of ours is still pending (the ABA guard).
+//! The status reconcilers, fed through the coalescer. Inputs come from the
+//! caches and the latest rack result; nothing is listed. Inventory status
+//! is compared with a live GET; rack status trusts the cache unless a write
+//! of ours is still pending (the ABA guard).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -71,10 +71,10 @@ fn policy_summary(context: &Context, inventory: &str) -> Option<RuntimePolicySum
     })
 }
 
-/// Upstream's runtime-policy status reconcile (3.11): each decision becomes
-/// the policy's status; converged policies cost no API call; a live GET
-/// guards against writing over a newer spec; one failed write does not stop
-/// the others, and the joined error retries the inventory.
+/// Upstream's runtime-policy status reconcile: each decision becomes the
+/// policy's status; converged policies cost no API call; a live GET guards
+/// against writing over a newer spec; one failed write does not stop the
+/// others, and the joined error retries the inventory.
 async fn runtime_policies(context: &Context, inventory: &str) -> Result<(), BoxError> {
     let evaluation = super::policies::evaluation(context, inventory);
     let evaluation = match evaluation.as_ref() {

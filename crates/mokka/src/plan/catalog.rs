@@ -1,5 +1,5 @@
-//! The Node catalog (upstream 3.2): what allocation knows about eligible
-//! Nodes, with a generation that only allocation-relevant changes advance.
+//! The Node catalog: what allocation knows about eligible Nodes, with a
+//! generation that only allocation-relevant changes advance.
 //!
 //! A change of name, UID, creationTimestamp, deletionTimestamp or of a label
 //! other than the two projected ones advances the generation. The

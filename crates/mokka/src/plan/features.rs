@@ -1,11 +1,12 @@
 //! Feature gates of `gpufleet mokka` (`--feature-gates`,
 //! `MOKKA_CP_FEATURE_GATES`).
 //!
-//! Upstream's newest chart passes `--feature-gates`, but what its gates are
-//! is unknown (report 3.14, a gap). Ours switch what gpufleet adds beyond
-//! upstream's older control plane, so an operator can run exactly that
-//! older surface: the node-agent HTTP API, Kubernetes Events, and runtime
-//! policies (whose CRD an older upstream install does not have).
+//! Upstream's newest chart passes `--feature-gates`, but nothing upstream
+//! says which gates exist, so none of them is copied. Ours switch what
+//! gpufleet adds beyond upstream's older control plane, so an operator can
+//! run exactly that older surface: the node-agent HTTP API, Kubernetes
+//! Events, and runtime policies (whose CRD an older upstream install does
+//! not have).
 //!
 //! The syntax is Kubernetes' own `--feature-gates`: `Name=bool` items
 //! separated by commas, whitespace around items, names and values ignored,
@@ -24,7 +25,8 @@ pub enum FeatureGate {
     NodeAgentApi,
     /// Kubernetes Events for user-visible decisions (upstream records none).
     KubernetesEvents,
-    /// Watching and applying `SGPURuntimePolicy` objects (upstream NEWEST).
+    /// Watching and applying `SGPURuntimePolicy` objects (only upstream's
+    /// newest release has them).
     RuntimePolicies,
 }
 

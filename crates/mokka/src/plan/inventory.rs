@@ -1,4 +1,5 @@
-//! Planning one inventory's racks (upstream 3.5 to 3.7), pure: resolution of
+//! Planning one inventory's racks (allocation, capacity admission and the
+//! rack reconcile, as upstream Mokka does them), pure: resolution of
 //! its groups, cluster-wide admission and allocation inputs, and the rack
 //! creates, updates and retirements a full reconcile makes, with the
 //! projection cleanups that must finish before a binding is cleared.

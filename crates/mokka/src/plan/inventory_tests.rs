@@ -1,4 +1,5 @@
-//! Report 5.4: the rack reconciler's decisions, as pure plans.
+//! The rack reconciler's decisions (upstream's unit-level scenarios for
+//! the rack reconciler and the allocator), checked as pure plans.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! Controller options (upstream `Options`, 3.14) and their validation.
+//! Controller options (the fields of upstream's `Options` struct) and their
+//! validation.
 
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
-//! Node projection (upstream 3.8), the pure part: the three keys the
-//! controller owns on a bound Node, the assignment annotation's exact bytes,
-//! who owns each key according to `managedFields`, and what to do about a
-//! Node as observed.
+//! Node projection, the pure part: the three keys the controller owns on a
+//! bound Node, the assignment annotation's exact bytes, who owns each key
+//! according to `managedFields`, and what to do about a Node as observed.
 //!
 //! The controller owns exactly the label `mokka.nvidia.com/sgpu-assigned`,
 //! the label `nvidia.com/gpu.clique` and the annotation
@@ -310,7 +309,8 @@ pub enum ProjectDecision {
     Conflict(String),
 }
 
-/// Upstream's conflict check (3.8 step 7) and no-op check (step 8).
+/// Upstream's order: first the conflict check (a key someone else set or
+/// owns), then the no-op check (every key already current and ours).
 pub fn decide_project(observed: &ObservedNode, desired: &DesiredProjection) -> ProjectDecision {
     if let Some(assigned) = &observed.assigned
         && assigned != ASSIGNED_VALUE
@@ -441,7 +441,8 @@ pub fn released_keys(keep_annotation: bool) -> Vec<ProjectionKey> {
 }
 
 /// Keeps only managed-field entries that own a projected key, each with only
-/// those paths and no timestamp (the Node cache transform of upstream 3.2).
+/// those paths and no timestamp (as upstream's Node cache transform trims
+/// them, so the cache holds little per Node).
 pub fn compact_managed_fields(entries: &[ManagedFieldsEntry]) -> Vec<ManagedFieldsEntry> {
     let mut kept = Vec::new();
     for entry in entries {

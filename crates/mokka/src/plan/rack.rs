@@ -1,5 +1,6 @@
 //! What the controller stamps on every rack, and how it tells its own racks
-//! from someone else's (upstream 2.3 helpers).
+//! from someone else's: the labels, annotation, finalizer and owner
+//! reference an upstream `SGPURack` carries.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
-//! Inventory and rack status (upstream 3.9), pure: conditions with
-//! upstream's exact reasons and messages, counts, and the condition merge
-//! that keeps `lastTransitionTime` unless status or reason change.
+//! Inventory and rack status, pure: conditions with upstream's exact
+//! reasons and messages, counts, and the condition merge that keeps
+//! `lastTransitionTime` unless status or reason change.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 

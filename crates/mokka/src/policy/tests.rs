@@ -1,4 +1,5 @@
-//! Behaviour of policy evaluation (upstream acceptance section 5.3).
+//! Behaviour of policy evaluation, after upstream Mokka's runtime-policy
+//! test scenarios.
 
 use std::collections::BTreeMap;
 

@@ -169,10 +169,10 @@ async fn the_live_node_get_timeout_bounds_a_server_that_does_not_answer() {
     ));
 }
 
-/// Report 5.3 sentence 25: a status write that keeps failing for one policy
-/// neither stops nor delays the status of the next one, the joined error
-/// names the policy that failed, and the failed one converges once the
-/// server takes its writes again.
+/// A status write that keeps failing for one policy neither stops nor
+/// delays the status of the next one, the joined error names the policy
+/// that failed, and the failed one converges once the server takes its
+/// writes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_policys_failing_status_write_does_not_hold_back_another_policys_status() {
     let log = CapturedLog::install();

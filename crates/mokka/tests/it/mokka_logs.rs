@@ -1,7 +1,7 @@
-//! Upstream's log messages (report 3.14, NEWEST), in JSON as the binary
-//! writes them by default: one lifecycle on kube-sim through the real kube
-//! client, and every message checked with its key fields at the decision
-//! that emits it. A converged controller logs none of them again.
+//! Upstream's log messages (those of its newest release), in JSON as the
+//! binary writes them by default: one lifecycle on kube-sim through the
+//! real kube client, and every message checked with its key fields at the
+//! decision that emits it. A converged controller logs none of them again.
 
 use std::time::Duration;
 

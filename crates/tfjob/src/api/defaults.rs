@@ -1,6 +1,6 @@
 //! Defaults applied in memory on every pass and never written back to the
-//! spec (report 1.8), plus the legacy top-level run fields of the v1.0.x
-//! dialect (report 1.11), honoured when `runPolicy` lacks them.
+//! spec (as upstream defaults them), plus the legacy top-level run fields
+//! of the v1.0.x dialect, honoured when `runPolicy` lacks them.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,8 @@
 //! The wire types of `kubeflow.org/v1` TFJob. Every field is optional on
-//! input because three dialects of v1 YAML exist (report 1.11); the
-//! effective, defaulted view is built by [`super::defaults`].
+//! input because three dialects of v1 YAML exist (v1.0.x with the run
+//! fields at the top of `spec`, HEAD with `runPolicy`, training-operator
+//! 1.9 with `suspend` and `managedBy`); the effective, defaulted view is
+//! built by [`super::defaults`].
 
 use std::collections::BTreeMap;
 
@@ -63,7 +65,7 @@ pub struct TFJobSpec {
     /// Replica specs by type; keys in any casing (`Chief`, `Master`, `PS`,
     /// `Worker`, `Evaluator`).
     // Optional in the schema so that a job without it is marked Failed
-    // with a reason instead of refused (report 4.7).
+    // with a reason instead of refused, as upstream does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tf_replica_specs: Option<BTreeMap<String, ReplicaSpec>>,
     /// Sparse `TF_CONFIG` (TF ClusterSpec propagation).

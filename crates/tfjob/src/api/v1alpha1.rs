@@ -1,5 +1,6 @@
-//! Conversion of `kubeflow.org/v1alpha1` TFJob manifests (report 1.1) to
-//! equivalent `kubeflow.org/v1` ones. Pure: JSON in, JSON out.
+//! Conversion of `kubeflow.org/v1alpha1` TFJob manifests (tf-operator's
+//! first API) to equivalent `kubeflow.org/v1` ones. Pure: JSON in, JSON
+//! out.
 //!
 //! | v1alpha1 | v1 |
 //! |---|---|

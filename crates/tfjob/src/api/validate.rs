@@ -1,8 +1,8 @@
 //! Validation of a TFJob spec before defaults (so with the keys as
-//! written), with upstream's messages (report 1.9), plus the checks
-//! upstream lacked: child names must be valid Service names (at most 63
-//! characters, DNS-1035; upstream #1101 left such jobs stuck forever) and
-//! two keys must not name the same replica type.
+//! written), with upstream's messages, plus the checks upstream lacked:
+//! child names must be valid Service names (at most 63 characters,
+//! DNS-1035; upstream #1101 left such jobs stuck forever) and two keys must
+//! not name the same replica type.
 
 use std::collections::BTreeMap;
 

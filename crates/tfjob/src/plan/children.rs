@@ -1,4 +1,4 @@
-//! Pod and headless Service of one replica (report 2.7 and 2.9).
+//! Pod and headless Service of one replica, as upstream builds them.
 
 use k8s_openapi::api::core::v1::{EnvVar, Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

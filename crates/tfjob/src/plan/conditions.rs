@@ -1,5 +1,7 @@
-//! The condition algebra of report 1.7, exactly as upstream: clients and
-//! the `State` printer column (the last condition) depend on it.
+//! The condition algebra, exactly as upstream: conditions are appended,
+//! Failed is final, Running and Restarting exclude each other, and a
+//! terminal condition sets Running to False. Clients and the `State`
+//! printer column (the last condition) depend on it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -69,7 +71,8 @@ pub fn resumed_message(name: &str) -> String {
     format!("TFJob {name} is resumed.")
 }
 /// The invalid-spec message; upstream's words, then the specific problem
-/// (upstream lost it, report 1.9).
+/// (upstream's message ended in a generic text instead, so the user never
+/// learnt what was wrong).
 pub fn invalid_spec_message(problem: &str) -> String {
     format!("Failed to marshal the object to TFJob; the spec is invalid: {problem}")
 }

@@ -1,7 +1,9 @@
-//! What a pod's end means for its replica (report 2.12, with the fixes of
-//! 2.22 and 5.3): which exit codes an `ExitCode` replica retries, which
-//! failures are disruptions (retried without counting), how many failures
-//! a pod contributes to `backoffLimit`, and how long re-creation waits.
+//! What a pod's end means for its replica (upstream's restart policies,
+//! fixed where upstream failed the whole job for a pod that failed under
+//! `OnFailure`, #999): which exit codes an `ExitCode` replica retries,
+//! which failures are disruptions (retried without counting), how many
+//! failures a pod contributes to `backoffLimit`, and how long re-creation
+//! waits.
 
 use std::time::Duration;
 
@@ -11,8 +13,7 @@ use crate::api::RestartPolicy;
 
 /// Exit codes an `ExitCode` replica retries: a list of single codes and
 /// ranges, `N-` meaning N and above. The default `128-` is the signal range
-/// (137 = SIGKILL, 143 = SIGTERM), as training-operator does and the
-/// report recommends.
+/// (137 = SIGKILL, 143 = SIGTERM), as training-operator does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExitCodeSet {
     ranges: Vec<(i32, Option<i32>)>,

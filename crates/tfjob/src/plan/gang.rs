@@ -1,7 +1,7 @@
-//! Gang scheduling (report 2.17, fixed as 5.3 says) with either gang
-//! scheduler upstream supports, chosen by `--gang-scheduler-name` as
-//! training-operator does: `volcano` means Volcano's
-//! `scheduling.volcano.sh/v1beta1` PodGroup, any other name the
+//! Gang scheduling (upstream's, with the partial-allocation deadlock below
+//! fixed) with either gang scheduler upstream supports, chosen by
+//! `--gang-scheduler-name` as training-operator does: `volcano` means
+//! Volcano's `scheduling.volcano.sh/v1beta1` PodGroup, any other name the
 //! scheduler-plugins coscheduling `scheduling.x-k8s.io/v1alpha1` PodGroup
 //! with that scheduler name on the pods.
 //!
@@ -171,12 +171,12 @@ fn priority_class_of(replica: &crate::api::defaults::EffectiveReplica) -> Option
         .filter(|class| !class.is_empty())
 }
 
-/// What the first `min_member` pods ask for: each container's requests,
-/// its limits where it has no requests (report 2.17), summed per resource.
-/// Replicas are taken by their PriorityClass value, highest first (as the
-/// scheduler would place them), ties in the planner's type order; a
-/// replica with no class, or one naming a class that does not exist,
-/// counts as 0 (upstream dereferenced a nil lister there).
+/// What the first `min_member` pods ask for: each container's requests, its
+/// limits where it has no requests (as upstream counts them), summed per
+/// resource. Replicas are taken by their PriorityClass value, highest first
+/// (as the scheduler would place them), ties in the planner's type order; a
+/// replica with no class, or one naming a class that does not exist, counts
+/// as 0 (upstream dereferenced a nil lister there).
 pub fn min_resources(
     spec: &EffectiveSpec,
     min_member: i32,

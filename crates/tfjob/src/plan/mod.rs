@@ -1,7 +1,8 @@
 //! The pure planner: from a snapshot (the job, the pods and Services that
-//! may be its children, the time) to the actions to take and the status
-//! the job should have. No I/O, no clock, no randomness: every input is a
-//! parameter, so the behaviour sentences of report 4 are plain tests.
+//! may be its children, the time) to the actions to take and the status the
+//! job should have. No I/O, no clock, no randomness: every input is a
+//! parameter, so upstream's behaviour, one sentence per test, is plain unit
+//! tests.
 //!
 //! Actions are idempotent by construction: children have deterministic
 //! names, so re-running a plan on a stale snapshot ends in `AlreadyExists`
@@ -667,8 +668,8 @@ impl Planner<'_> {
         self.status.start_time = Some(self.now.clone());
     }
 
-    /// Report 2.10 for one replica type, observing only: which slots lack
-    /// a pod, which pods are retried, succeeded, failed, surplus.
+    /// One replica type, observing only: which slots lack a pod, which pods are
+    /// retried, succeeded, failed, surplus.
     fn observe<'p>(&mut self, rtype: &ReplicaType, pods: &[Claimed<'p, Pod>]) -> Observed<'p> {
         let Some(replica) = self.spec.replicas.get(rtype) else {
             return Observed::default();
@@ -811,7 +812,8 @@ impl Planner<'_> {
 
     /// Success and failure decided in one pass, in this precedence: the
     /// deadline, the backoff limit, a replica that failed for good, then
-    /// success (report 5.3: failure wins unless already succeeded).
+    /// success. Failure wins unless the job already succeeded (upstream
+    /// appended both conditions).
     fn decide(&mut self, observed: &BTreeMap<ReplicaType, Observed<'_>>) -> Verdict {
         let name = self.name().to_string();
         let namespace = self.namespace().to_string();
@@ -862,8 +864,9 @@ impl Planner<'_> {
     }
 
     /// `schedulingPolicy.scheduleTimeoutSeconds` with gang scheduling: a
-    /// PodGroup not admitted that long after its creation fails the job
-    /// (report 5.3's pending timeout); until then the plan wakes at it.
+    /// PodGroup not admitted that long after its creation fails the job (so a
+    /// job whose gang can never be placed does not wait forever); until then
+    /// the plan wakes at it.
     fn scheduling_timeout(&mut self) -> Option<Verdict> {
         let gang = self.config.gang.as_ref()?;
         // Coscheduling has the timeout itself: it is the scheduler's wait
@@ -896,8 +899,8 @@ impl Planner<'_> {
         None
     }
 
-    /// Report 2.11: the Chief (or Master) decides when there is one;
-    /// otherwise every worker, or worker 0 unless `AllWorkers`. PS and
+    /// Upstream's success rule: the Chief (or Master) decides when there is
+    /// one; otherwise every worker, or worker 0 unless `AllWorkers`. PS and
     /// Evaluator replicas never block success.
     fn is_successful(&self, observed: &BTreeMap<ReplicaType, Observed<'_>>) -> bool {
         let done = |rtype: &ReplicaType| {
@@ -1068,7 +1071,7 @@ impl Planner<'_> {
         }
     }
 
-    /// Report 2.9: one Service per index below `replicas`, none above.
+    /// One Service per index below `replicas`, none above (as upstream).
     fn reconcile_services(&mut self, rtype: &ReplicaType, services: &[Claimed<'_, Service>]) {
         let Some(replica) = self.spec.replicas.get(rtype) else {
             return;
@@ -1094,7 +1097,8 @@ impl Planner<'_> {
     }
 
     /// Restarting while a replica is being retried, else Running when the
-    /// replica that decides success runs (report 2.11).
+    /// replica that decides success runs (the Chief or Master when there is
+    /// one, else the workers, as in `is_successful`).
     fn report_progress(&mut self, observed: &BTreeMap<ReplicaType, Observed<'_>>) {
         let name = self.name().to_string();
         if let Some((rtype, _)) = observed.iter().find(|(_, seen)| seen.restarting) {

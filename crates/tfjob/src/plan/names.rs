@@ -1,7 +1,7 @@
-//! Child names, labels and owner references (report 2.6). Both label sets
-//! are written: the short one upstream HEAD selects on and the
-//! `training.kubeflow.org/*` one later releases use, so tools of either
-//! era find the pods.
+//! Child names, labels and owner references, as upstream sets them. Both
+//! label sets are written: the short one upstream HEAD selects on and the
+//! `training.kubeflow.org/*` one later releases use, so tools of either era
+//! find the pods.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! The planner against the behaviour sentences of report section 4.
+//! The planner against upstream's behaviour, one sentence per test name.
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodStatus, Service,

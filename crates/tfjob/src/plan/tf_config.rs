@@ -1,6 +1,6 @@
-//! `TF_CONFIG`, byte for byte as upstream writes it (report 2.8): compact
-//! JSON, object keys in declaration order, cluster keys sorted (Go encodes
-//! maps sorted; `BTreeMap` does the same), lists in index order.
+//! `TF_CONFIG`, byte for byte as upstream writes it: compact JSON, object
+//! keys in declaration order, cluster keys sorted (Go encodes maps sorted;
+//! `BTreeMap` does the same), lists in index order.
 
 use std::collections::BTreeMap;
 

@@ -3,10 +3,11 @@
 //! its effective runtime says. Pure: the assignment, the profile and the
 //! timestamp come in, the document goes out.
 //!
-//! The layout follows real GB200/GB300 captures (DTD v13; see
-//! `shared/fixtures/nvidia-smi/`), cut down to the sections a reader of
-//! identity and health looks at. Where Mokka has no value of its own the
-//! sandbox chooses one, deterministically (documented in `docs/sandbox.md`):
+//! The layout follows real GB200/GB300 captures (DTD v13; gpuid's tests
+//! read one, `crates/gpuid/tests/fixtures/hardware/gb200.xml`), cut down
+//! to the sections a reader of identity and health looks at. Where Mokka
+//! has no value of its own the sandbox chooses one, deterministically
+//! (documented in `docs/sandbox.md`):
 //!
 //! * chassis serial: the NVL72 rack's, 13 decimal digits taken from the
 //!   rack's fabric UUID, so every Node of a rack reports the same one;

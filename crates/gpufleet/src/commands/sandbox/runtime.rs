@@ -2,12 +2,12 @@
 //! the device plugin reports them.
 //!
 //! The one place the sandbox asks "what did Mokka assign to this Node and
-//! what runtime state does each GPU have". Issue #14 adds
-//! `mokka::controller::{assignments_for_node, effective_runtime}` (cached,
-//! with the seed's error values); when it lands, [`node_assignment`] should
-//! call it instead of evaluating the policies itself here. Until then this
-//! uses the pure core, `mokka::policy::Evaluation`, which is what those
-//! functions are built on.
+//! what runtime state does each GPU have". Issue #14 added the cached read
+//! API (`assignments_for_node` and `effective_runtime` on
+//! `mokka::controller::MokkaController`, with upstream's error values);
+//! [`node_assignment`] could call it instead of evaluating the policies
+//! itself here, but does not yet: it uses the pure core,
+//! `mokka::policy::Evaluation`, which is what that API is built on.
 
 use std::collections::BTreeMap;
 

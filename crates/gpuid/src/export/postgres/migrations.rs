@@ -50,7 +50,7 @@ CREATE INDEX IF NOT EXISTS {events_gpu_index} ON {events} (cluster, gpu_key, obs
     (
         2,
         "upstream-compatible view",
-        // Upstream's columns (report 2.7/2.9) over the current state, so
+        // Upstream gpuid's table columns over the current state, so
         // existing queries keep working: one row per GPU instead of one per
         // export, `gpu` is the board serial (the GPU key when the board has
         // none), an absent chassis reads `unknown` as upstream's README

@@ -1,5 +1,5 @@
-//! Report 3.1 and 5.2 item 14: caches for the process, handlers and
-//! workers per leadership term (driven here without an election).
+//! Caches live as long as the process, handlers and workers only for a
+//! leadership term, as in upstream (driven here without an election).
 
 use std::sync::Arc;
 use std::time::Duration;

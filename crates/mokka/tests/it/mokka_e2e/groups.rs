@@ -1,7 +1,7 @@
-//! Report 5.4 sentence 29 through the controller: a Node event is the work
-//! of its rack group, and the group reconcile renders and writes only the
-//! rack whose bindings changed (the controller's `mokka_racks_visited` and
-//! `mokka_rack_writes` metrics count them).
+//! Through the controller: a Node event is the work of its rack group, and
+//! the group reconcile renders and writes only the rack whose bindings
+//! changed (the controller's `mokka_racks_visited` and `mokka_rack_writes`
+//! metrics count them).
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! Report 5.1: the end-to-end lifecycle.
+//! The end-to-end lifecycle: racks created, Nodes bound and projected,
+//! shrinks, replacements, conflicts, capacity and deletion.
 
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};

@@ -1,7 +1,8 @@
 //! End-to-end tests of the Mokka controller through the real kube client,
 //! on kube-sim by default and on the real control plane with
-//! `GPUFLEET_TEST_CLUSTER=real`. Tests are named after upstream's behaviour
-//! sentences (report 5.1 and 5.2).
+//! `GPUFLEET_TEST_CLUSTER=real`. Tests are named after the behaviour
+//! upstream's test scenarios state (the lifecycle; standby, caches and
+//! promotion), one sentence each.
 
 mod caches;
 mod groups;

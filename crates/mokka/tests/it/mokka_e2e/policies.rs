@@ -1,6 +1,7 @@
-//! Report 5.3 in the running controller: policy status (24), the
-//! EffectiveRuntime read API (23), and report 5.2's AssignmentsForNode
-//! rules (16), on both lanes.
+//! Runtime policies in the running controller: policy status (which
+//! policy wins a conflict, and what a shrink invalidates), the
+//! EffectiveRuntime read API, and the rules of the AssignmentsForNode read
+//! API (synced caches, the exact Node identity), on both lanes.
 
 use std::time::Duration;
 

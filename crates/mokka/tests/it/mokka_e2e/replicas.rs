@@ -1,5 +1,5 @@
-//! Report 5.2: standby, caches and promotion; two replicas and a leader
-//! change mid-reconcile.
+//! Standby, caches and promotion; two replicas and a leader change
+//! mid-reconcile.
 
 use std::time::Duration;
 

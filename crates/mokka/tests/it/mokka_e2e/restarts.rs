@@ -1,5 +1,6 @@
-//! Report 5.1 items 7 and 8, and restart stability: what a fresh
-//! controller does over racks and projections it did not make itself.
+//! Restarts: a restart with nothing changed writes nothing, a Node deleted
+//! while the controller was down is cleaned up and replaced, and a fresh
+//! controller handles racks and projections it did not make itself.
 
 use std::time::Duration;
 

@@ -1,4 +1,6 @@
-//! The policies of report 2.12 to 2.18 with the fixes of 2.22 and 5.3.
+//! The run policies (restart, backoff, deadline, TTL, cleanup, suspend,
+//! managedBy, gang scheduling) with gpufleet's fixes of upstream's defects
+//! (crates/tfjob/README.md names each one).
 
 use std::time::Duration;
 
@@ -62,8 +64,8 @@ fn deleted_services(plan: &Plan) -> Vec<String> {
 
 #[test]
 fn a_replica_that_succeeded_is_never_re_run_after_its_pod_disappeared() {
-    // Report 4.60 (upstream #1186): the pod of worker 0 is garbage
-    // collected after success; the job goes on without re-running it.
+    // Upstream #1186: the pod of worker 0 is garbage collected after success;
+    // the job goes on without re-running it.
     let mut all_workers = job(&[("Worker", 2, None), ("PS", 1, None)]);
     all_workers.spec.success_policy = Some("AllWorkers".into());
     let job = after_first_pass(&all_workers);
@@ -205,9 +207,8 @@ fn backoff_limit_2_fails_the_job_on_the_third_counted_failure_with_the_upstream_
 
 #[test]
 fn container_restarts_count_towards_the_backoff_limit_once_per_pod_and_ps_restarts_too() {
-    // Report 4.45 with batch/v1 semantics: the limit is the number of
-    // retries allowed, so 4 restarts under backoffLimit 4 are not past it
-    // (upstream: >=), a fifth is.
+    // With batch/v1 semantics: the limit is the number of retries allowed, so 4
+    // restarts under backoffLimit 4 are not past it (upstream: >=), a fifth is.
     let base = with_run_policy(
         job(&[
             ("Worker", 4, Some(RestartPolicy::OnFailure)),
@@ -270,7 +271,7 @@ fn backoff_limit_0_with_no_restarts_is_not_past_the_limit() {
 
 #[test]
 fn past_its_deadline_a_job_fails_with_the_upstream_message_and_all_pods_go_with_policy_all() {
-    // Report 4.44.
+    // Upstream's reason and message, unchanged.
     let base = with_run_policy(
         dist_mnist(),
         RunPolicy {
@@ -346,8 +347,8 @@ fn a_deadline_failure_wins_over_a_success_seen_in_the_same_pass() {
 
 #[test]
 fn a_finished_job_waits_for_its_ttl_without_passes_and_is_deleted_in_the_background_then() {
-    // Report 4.46 and 4.61: one wake-up at completionTime + ttl, no
-    // re-queue loop before it (upstream #965).
+    // One wake-up at completionTime + ttl, no re-queue loop before it (upstream
+    // #965).
     let base = with_run_policy(
         job(&[("Worker", 1, None)]),
         RunPolicy {
@@ -492,7 +493,7 @@ fn suspended(job: TFJob, suspend: bool) -> TFJob {
 
 #[test]
 fn a_tfjob_created_suspended_creates_no_pod_or_service_and_is_suspended() {
-    // Report 4.49.
+    // training-operator's suspend: no child exists while suspended.
     let plan = run(&suspended(dist_mnist(), true), &[], &[]);
     assert!(created_pods(&plan).is_empty() && created_services(&plan).is_empty());
     let last = last_condition(&plan.status);
@@ -508,7 +509,7 @@ fn a_tfjob_created_suspended_creates_no_pod_or_service_and_is_suspended() {
 
 #[test]
 fn suspending_a_running_job_deletes_its_pods_and_resuming_resets_start_time_and_recreates_them() {
-    // Report 4.50.
+    // training-operator's suspend and resume.
     let job = after_first_pass(&job(&[("Worker", 2, None)]));
     let pods = pods_of(
         &job,
@@ -551,7 +552,8 @@ fn suspending_a_running_job_deletes_its_pods_and_resuming_resets_start_time_and_
 
 #[test]
 fn a_job_managed_by_another_controller_is_never_reconciled() {
-    // Report 4.51.
+    // training-operator's `runPolicy.managedBy`: a job another controller
+    // manages is left entirely alone.
     let job = with_run_policy(
         dist_mnist(),
         RunPolicy {

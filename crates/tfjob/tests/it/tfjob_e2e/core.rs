@@ -1,6 +1,8 @@
-//! The end-to-end scenarios of issue 15 (report 4: 8, 11, 12, 30, 31, 53-56
-//! on a live API server), on both lanes: kube-sim by default, the real
-//! control plane with `GPUFLEET_TEST_CLUSTER=real` (one test at a time).
+//! The end-to-end scenarios of issue 15 (the life of a job, success by
+//! chief or workers, recreated and adopted children, invalid specs, legacy
+//! fields, operator restarts, no leader election, on a live API server), on
+//! both lanes: kube-sim by default, the real control plane with
+//! `GPUFLEET_TEST_CLUSTER=real` (one test at a time).
 
 use kube::api::DeleteParams;
 use serde_json::json;

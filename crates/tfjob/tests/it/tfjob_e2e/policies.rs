@@ -201,9 +201,8 @@ async fn ttl_deletes_a_finished_job_with_its_children_and_costs_no_reconcile_whi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_clean_pod_policy_leaves_exactly_the_pods_it_should() {
-    // Report 4.43: chief and worker finish (the worker first, so it is not
-    // running when the chief's success ends the job), the PS would run
-    // forever.
+    // Chief and worker finish (the worker first, so it is not running when the
+    // chief's success ends the job), the PS would run forever.
     let cluster = test_cluster("cleanup").await;
     let operator = start_operator(&cluster).await;
     for policy in ["All", "Running", "None"] {
