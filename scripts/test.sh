@@ -133,6 +133,22 @@ fi
 real_bin=$(scripts/real-cluster.sh bin)
 export HELM="$real_bin/helm"
 
+# The Go client program (tools/goclient: client-go and controller-runtime
+# at Kubernetes v1.37.2's versions), built once per source and Go version
+# into a cache; crates/kube-sim's goclient_e2e test runs it on both lanes.
+goclient_key=$( { go version; cat tools/goclient/go.mod tools/goclient/go.sum tools/goclient/main.go; } | sha256sum | cut -c1-16)
+goclient_dir="${GPUFLEET_GOCLIENT_CACHE:-$HOME/.cache/gpufleet/goclient}/$goclient_key"
+if [ ! -x "$goclient_dir/goclient" ]; then
+  echo "test.sh: building tools/goclient into $goclient_dir (first run: about 2 minutes)" >&2
+  mkdir -p "$goclient_dir"
+  (cd tools/goclient && nice go build -trimpath -o "$goclient_dir/goclient.tmp" .) || {
+    echo "test.sh: building tools/goclient failed; see the go output above" >&2
+    exit 1
+  }
+  mv "$goclient_dir/goclient.tmp" "$goclient_dir/goclient"
+fi
+export GPUFLEET_GOCLIENT="$goclient_dir/goclient"
+
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "test.sh: installing cargo-nextest from crates.io (first run on this machine, a few minutes)" >&2
   cargo install --locked cargo-nextest

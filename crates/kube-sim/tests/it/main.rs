@@ -11,6 +11,7 @@ mod eviction;
 mod exec;
 mod faults;
 mod gc;
+mod goclient_e2e;
 mod kubectl_parity;
 mod kubectl_workloads;
 mod kubelet;
