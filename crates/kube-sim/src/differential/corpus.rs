@@ -45,6 +45,7 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../differential/discovery.yaml"),
     ),
     ("errors", include_str!("../../differential/errors.yaml")),
+    ("protobuf", include_str!("../../differential/protobuf.yaml")),
 ];
 
 /// The differences we know of and keep, each with its reason.
