@@ -3,7 +3,8 @@
 //!
 //! Run with `cargo bench -p kube-sim` (all) or `cargo bench -p kube-sim -- NAME`
 //! where NAME selects `memory`, `writes-inproc`, `writes-http` (`writes` for
-//! both), `fanout` or `kubelet`. Rows print as Markdown.
+//! both), `writes-protobuf` (protobuf against JSON bodies), `fanout` or
+//! `kubelet`. Rows print as Markdown.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -358,6 +359,92 @@ async fn kubelet() {
     sim.shutdown().await;
 }
 
+/// The same creates with JSON and with protobuf bodies and answers, as
+/// kube-rs and client-go send them, through the in-process router: 3
+/// rounds, alternating, each on a fresh kube-sim; medians.
+async fn protobuf_writes() {
+    const COUNT: usize = 10_000;
+    let payload = "x".repeat(1000);
+    let pod = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "bench"}},
+               "spec": {"schedulerName": "nobody", "containers": [
+                   {"name": "app", "image": "nginx:1.27", "ports": [{"containerPort": 8080}],
+                    "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}},
+                    "env": [{"name": "A", "value": "1"}]},
+                   {"name": "sidecar", "image": "busybox", "command": ["sleep", "3600"]}]}})
+    };
+    let configmap = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"payload": payload}});
+    type MakeObject<'a> = &'a dyn Fn(&str) -> serde_json::Value;
+    let kinds: [(&str, &str, MakeObject); 2] = [
+        (
+            "ConfigMap of ~1 KiB",
+            "/api/v1/namespaces/default/configmaps",
+            &configmap,
+        ),
+        (
+            "Pod with 2 containers",
+            "/api/v1/namespaces/default/pods",
+            &pod,
+        ),
+    ];
+    for (label, path, make) in kinds {
+        let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..3 {
+            for (slot, protobuf) in [(0, false), (1, true)] {
+                let bodies: Vec<Vec<u8>> = (0..COUNT)
+                    .map(|i| {
+                        let object = make(&format!("o-{round}-{i:06}"));
+                        if protobuf {
+                            kube_sim::protobuf::encode_object(&object).expect("encodes")
+                        } else {
+                            serde_json::to_vec(&object).expect("encodes")
+                        }
+                    })
+                    .collect();
+                let (content_type, accept) = if protobuf {
+                    (
+                        kube_sim::protobuf::CONTENT_TYPE,
+                        "application/vnd.kubernetes.protobuf, application/json",
+                    )
+                } else {
+                    ("application/json", "application/json")
+                };
+                let sim = KubeSim::builder().start().await.expect("start");
+                let client = sim.client();
+                let started = Instant::now();
+                for body in bodies {
+                    let request = http::Request::builder()
+                        .method("POST")
+                        .uri(path)
+                        .header("content-type", content_type)
+                        .header("accept", accept)
+                        .body(kube::client::Body::from(body))
+                        .expect("request");
+                    let response = client.send(request).await.expect("answered");
+                    assert_eq!(response.status().as_u16(), 201);
+                    let _ = http_body_util::BodyExt::collect(response.into_body()).await;
+                }
+                rates[slot].push(COUNT as f64 / started.elapsed().as_secs_f64());
+                sim.shutdown().await;
+            }
+        }
+        for r in &mut rates {
+            r.sort_by(f64::total_cmp);
+        }
+        let (json_rate, pb_rate) = (rates[0][1], rates[1][1]);
+        println!(
+            "| writes-protobuf: {COUNT} creates of a {label}, in-process, one writer, bodies and answers in each encoding | JSON {json_rate:.0}/s, protobuf {pb_rate:.0}/s (median of 3; runs JSON {:.0}/{:.0}/{:.0}, protobuf {:.0}/{:.0}/{:.0}) | protobuf not slower than JSON | protobuf/JSON = {:.2} |",
+            rates[0][0],
+            rates[0][1],
+            rates[0][2],
+            rates[1][0],
+            rates[1][1],
+            rates[1][2],
+            pb_rate / json_rate
+        );
+    }
+}
+
 fn main() {
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -380,6 +467,9 @@ fn main() {
     }
     if wanted("writes-durable") {
         runtime.block_on(durable_write_throughput());
+    }
+    if wanted("writes-protobuf") {
+        runtime.block_on(protobuf_writes());
     }
     if wanted("fanout") {
         runtime.block_on(fanout());

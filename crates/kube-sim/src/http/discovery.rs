@@ -204,6 +204,118 @@ fn resource_entries(rt: &ResourceType, version: &str) -> Vec<Value> {
     entries
 }
 
+/// The media type client-go asks for first: aggregated discovery.
+pub const AGGREGATED_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether the Accept header asks for the aggregated document (v2).
+pub fn wants_aggregated(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|media| {
+            let params: Vec<&str> = media.split(';').map(str::trim).collect();
+            params.contains(&"as=APIGroupDiscoveryList")
+                && params.contains(&"g=apidiscovery.k8s.io")
+                && params.contains(&"v=v2")
+        })
+}
+
+/// Aggregated discovery (`apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`):
+/// every group's versions and resources in one document, `/api` for the
+/// core group (`core: true`) and `/apis` for the others, as client-go reads
+/// them before falling back to one request per group-version.
+pub fn aggregated(registry: &Registry, core: bool) -> Value {
+    let mut groups: Vec<(String, Vec<String>)> = registry
+        .groups()
+        .iter()
+        .map(|(g, versions)| (g.clone(), versions.clone()))
+        .collect();
+    if core {
+        groups = vec![(String::new(), vec!["v1".to_string()])];
+    } else {
+        groups.retain(|(g, _)| !g.is_empty());
+        for (group, versions) in review_groups() {
+            if !groups.iter().any(|(g, _)| g == group) {
+                groups.push((group.to_string(), versions));
+            }
+        }
+    }
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .filter_map(|version| {
+                    let list = resource_list(registry, group, version)?;
+                    Some(json!({
+                        "version": version,
+                        "resources": aggregated_resources(group, version, &list["resources"]),
+                        "freshness": "Current",
+                    }))
+                })
+                .collect();
+            json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// `APIResource` entries of one group-version as `APIResourceDiscovery`:
+/// each resource with its subresources nested under it.
+fn aggregated_resources(group: &str, version: &str, entries: &Value) -> Vec<Value> {
+    let entries = entries.as_array().map(Vec::as_slice).unwrap_or_default();
+    let kind_of = |e: &Value| {
+        json!({
+            "group": e.get("group").and_then(Value::as_str).unwrap_or(group),
+            "version": e.get("version").and_then(Value::as_str).unwrap_or(version),
+            "kind": e["kind"],
+        })
+    };
+    let mut out: Vec<Value> = Vec::new();
+    for entry in entries {
+        let name = entry["name"].as_str().unwrap_or_default();
+        if let Some((parent, sub)) = name.split_once('/') {
+            if let Some(resource) = out.iter_mut().find(|r| r["resource"] == parent) {
+                let subresource = json!({
+                    "subresource": sub,
+                    "responseKind": kind_of(entry),
+                    "verbs": entry["verbs"],
+                });
+                match resource
+                    .get_mut("subresources")
+                    .and_then(Value::as_array_mut)
+                {
+                    Some(list) => list.push(subresource),
+                    None => resource["subresources"] = json!([subresource]),
+                }
+            }
+            continue;
+        }
+        let mut resource = json!({
+            "resource": name,
+            "responseKind": kind_of(entry),
+            "scope": if entry["namespaced"] == true { "Namespaced" } else { "Cluster" },
+            "singularResource": entry["singularName"],
+            "verbs": entry["verbs"],
+        });
+        for key in ["shortNames", "categories"] {
+            if let Some(v) = entry.get(key) {
+                resource[key] = v.clone();
+            }
+        }
+        out.push(resource);
+    }
+    out
+}
+
 /// The `APIResourceList` of one group-version, or None when nothing is served there.
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut resources: Vec<Value> = registry
@@ -289,6 +401,52 @@ mod tests {
         assert_eq!(token_reviews["kind"], "TokenReview");
         assert_eq!(token_reviews["verbs"], json!(["create"]));
         assert!(group(&registry, "authorization.k8s.io").is_some());
+    }
+
+    #[test]
+    fn aggregated_discovery_nests_subresources_under_their_resource() {
+        let registry = Registry::with_builtins();
+        let core = aggregated(&registry, true);
+        assert_eq!(core["kind"], "APIGroupDiscoveryList");
+        assert_eq!(core["items"][0]["metadata"]["name"], "");
+        let resources = core["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .unwrap();
+        let pods = resources.iter().find(|r| r["resource"] == "pods").unwrap();
+        assert_eq!(pods["scope"], "Namespaced");
+        assert_eq!(
+            pods["responseKind"],
+            json!({"group": "", "version": "v1", "kind": "Pod"})
+        );
+        let subs: Vec<&str> = pods["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["subresource"].as_str().unwrap())
+            .collect();
+        assert!(
+            subs.contains(&"status") && subs.contains(&"eviction"),
+            "{subs:?}"
+        );
+        let eviction = pods["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["subresource"] == "eviction")
+            .unwrap();
+        assert_eq!(eviction["responseKind"]["group"], "policy");
+        let groups = aggregated(&registry, false);
+        let names: Vec<&str> = groups["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"apps") && names.contains(&"authentication.k8s.io"),
+            "{names:?}"
+        );
+        assert!(!names.contains(&""));
     }
 
     #[test]

@@ -87,16 +87,33 @@ fn bytes_response(status: StatusCode, body: Bytes) -> Response {
     response
 }
 
-async fn core_versions(State(state): State<AppState>) -> Response {
+async fn core_versions(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if discovery::wants_aggregated(&headers) {
+        return aggregated_response(&discovery::aggregated(&state.store.registry(), true));
+    }
     let address = state.server_address.read().clone();
     json_response(StatusCode::OK, &discovery::core_versions(&address))
 }
 
-async fn group_list(State(state): State<AppState>) -> Response {
+async fn group_list(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if discovery::wants_aggregated(&headers) {
+        return aggregated_response(&discovery::aggregated(&state.store.registry(), false));
+    }
     json_response(
         StatusCode::OK,
         &discovery::group_list(&state.store.registry()),
     )
+}
+
+/// An aggregated discovery document, with the content type that tells
+/// client-go it got the v2 form.
+fn aggregated_response(doc: &Value) -> Response {
+    let mut response = bytes_response(StatusCode::OK, Bytes::from(doc.to_string()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(discovery::AGGREGATED_V2),
+    );
+    response
 }
 
 async fn dispatch(

@@ -118,9 +118,7 @@ pub async fn convert(
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Response::from_parts(parts, Body::empty()),
     };
-    let encoded = serde_json::from_slice::<Value>(&bytes)
-        .ok()
-        .and_then(|value| protobuf::encode_object(&value).ok());
+    let encoded = protobuf::encode_json_object(&bytes).ok();
     match encoded {
         Some(encoded) => {
             parts.headers.insert(

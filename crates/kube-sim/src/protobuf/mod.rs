@@ -17,6 +17,7 @@ mod decode;
 mod encode;
 pub mod schema;
 mod special;
+mod transcode;
 mod wire;
 
 #[cfg(test)]
@@ -173,6 +174,12 @@ pub fn encode_object(value: &Value) -> Result<Vec<u8>, EncodeError> {
     out.extend_from_slice(MAGIC);
     encode_enveloped(value, &mut out)?;
     Ok(out)
+}
+
+/// [`encode_object`] from an object's JSON text, in one pass without
+/// building a `Value` (the form answers take: kube-sim stores JSON).
+pub fn encode_json_object(json: &[u8]) -> Result<Vec<u8>, EncodeError> {
+    transcode::object(json)
 }
 
 fn encode_enveloped(value: &Value, out: &mut Vec<u8>) -> Result<(), EncodeError> {

@@ -16,8 +16,19 @@ fn envelope_raw(body: &[u8]) -> (k8s_pb::apimachinery::pkg::runtime::Unknown, Ve
 }
 
 /// Encodes `object`, has prost decode it as `M` and encode it again, and
-/// decodes that with kube-sim: the object must come back unchanged.
+/// decodes that with kube-sim: the object must come back unchanged. The
+/// one-pass encoder from JSON text must give the same object too.
 fn round_trip<M: prost::Message + Default>(object: Value) -> M {
+    let streamed = encode_json_object(&serde_json::to_vec(&object).unwrap())
+        .unwrap_or_else(|e| panic!("encode from JSON text: {e}"));
+    let (_, raw) = envelope_raw(&streamed);
+    M::decode(raw.as_slice())
+        .unwrap_or_else(|e| panic!("prost decode of the one-pass encoding: {e}"));
+    assert_eq!(
+        decode_object(&streamed).unwrap(),
+        object,
+        "the one-pass encoding"
+    );
     let body = encode_object(&object).unwrap_or_else(|e| panic!("encode: {e}"));
     let (mut unknown, raw) = envelope_raw(&body);
     let typed = M::decode(raw.as_slice()).unwrap_or_else(|e| panic!("prost decode: {e}"));
@@ -202,6 +213,34 @@ fn reviews_and_delete_options_round_trip_through_k8s_pb() {
         "preconditions": {"uid": "u1", "resourceVersion": "7"}, "propagationPolicy": "Foreground",
         "dryRun": ["All"],
     }));
+}
+
+#[test]
+fn the_one_pass_encoder_refuses_what_protobuf_cannot_hold_by_name() {
+    let err = encode_json_object(
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"novel":1}"#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        EncodeError::UnknownKey {
+            message: "api.core.v1.ConfigMap".into(),
+            key: "novel".into()
+        }
+    );
+    assert!(matches!(
+        encode_json_object(br#"{"apiVersion":"example.com/v1","kind":"Widget"}"#),
+        Err(EncodeError::UnknownKind { .. })
+    ));
+    // A list's items carry no type meta of their own in protobuf.
+    let list = encode_json_object(
+        br#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"3"},"items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        decode_object(&list).unwrap()["items"][0]["metadata"]["name"],
+        "a"
+    );
 }
 
 #[test]
