@@ -138,14 +138,18 @@ async fn dispatch(
     if !negotiate::prefers_protobuf(&headers) {
         return response;
     }
-    let custom = match ApiPath::parse(uri.path()) {
-        Some(ApiPath::Resource(raw)) => state
-            .store
-            .resolve(&raw.group, &raw.version, &raw.plural)
-            .is_some_and(|rt| rt.custom),
-        _ => false,
-    };
     let watch = query::Query::parse(uri.query().unwrap_or_default()).watch;
+    // A plain answer names its kind, and a custom kind has no protobuf
+    // form, so only a watch stream needs the registry (its state lock is
+    // the store's, and one more take of it per write showed in the bench).
+    let custom = watch
+        && match ApiPath::parse(uri.path()) {
+            Some(ApiPath::Resource(raw)) => state
+                .store
+                .resolve(&raw.group, &raw.version, &raw.plural)
+                .is_some_and(|rt| rt.custom),
+            _ => false,
+        };
     negotiate::convert(&headers, custom, watch, response).await
 }
 

@@ -160,18 +160,7 @@ pub fn encode(
     };
     match (msg.special, value) {
         (Special::Time | Special::MicroTime, Value::String(s)) => {
-            let ts: jiff::Timestamp = s.parse().map_err(|_| mismatch())?;
-            wire::put_key(out, 1, 0);
-            wire::put_varint(out, ts.as_second() as u64);
-            let nanos = if msg.special == Special::MicroTime {
-                ts.subsec_nanosecond()
-            } else {
-                0
-            };
-            if nanos != 0 {
-                wire::put_key(out, 2, 0);
-                wire::put_varint(out, nanos as i64 as u64);
-            }
+            put_time(out, s, msg.special == Special::MicroTime).ok_or_else(mismatch)?;
         }
         (Special::Duration, Value::String(s)) => {
             let nanos = parse_duration(s).ok_or_else(mismatch)?;
@@ -249,6 +238,19 @@ fn nested_schema(
     wire::put_nested(out, number, |out| {
         encode::message(schema, index, v, out, depth + 1)
     })
+}
+
+/// A `Time` or `MicroTime` message's fields from its RFC 3339 text.
+pub fn put_time(out: &mut Vec<u8>, text: &str, micro: bool) -> Option<()> {
+    let ts: jiff::Timestamp = text.parse().ok()?;
+    wire::put_key(out, 1, 0);
+    wire::put_varint(out, ts.as_second() as u64);
+    let nanos = if micro { ts.subsec_nanosecond() } else { 0 };
+    if nanos != 0 {
+        wire::put_key(out, 2, 0);
+        wire::put_varint(out, nanos as i64 as u64);
+    }
+    Some(())
 }
 
 /// The JSONSchemaProps message a union holds.

@@ -193,6 +193,42 @@ impl<'de> DeserializeSeed<'de> for FieldSeed<'_, '_> {
     type Value = ();
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        // Every object carries timestamps and managedFields' fieldsV1:
+        // these are written straight from the text, not through a Value.
+        if let (Label::One, Type::Message(index)) = (self.field.label, self.field.ty) {
+            match self.schema.message(index).special {
+                Special::RawJson => {
+                    let raw: &serde_json::value::RawValue = serde::Deserialize::deserialize(d)?;
+                    if raw.get() != "null" {
+                        wire::put_nested(self.out, self.field.number, |o| {
+                            wire::put_bytes(o, 1, raw.get().as_bytes());
+                            Ok::<_, EncodeError>(())
+                        })
+                        .ok();
+                    }
+                    return Ok(());
+                }
+                kind @ (Special::Time | Special::MicroTime) => {
+                    let text: Option<Cow<'de, str>> = serde::Deserialize::deserialize(d)?;
+                    let Some(text) = text else { return Ok(()) };
+                    let mut written = None;
+                    wire::put_nested(self.out, self.field.number, |o| {
+                        written = special::put_time(o, &text, kind == Special::MicroTime);
+                        Ok::<_, EncodeError>(())
+                    })
+                    .ok();
+                    if written.is_none() {
+                        *self.failure = Some(EncodeError::Shape {
+                            message: format!("field {}", self.field.json),
+                            found: text.into_owned(),
+                        });
+                        return Err(D::Error::custom("time"));
+                    }
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
         match self.field.label {
             Label::Many => d.deserialize_any(ListVisitor(self)),
             Label::Map => d.deserialize_any(MapVisitor(self)),
