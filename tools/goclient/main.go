@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,12 +122,21 @@ func roundTrip[T interface {
 	if created.GetUID() == "" || created.GetResourceVersion() == "" || created.GetCreationTimestamp().Time.IsZero() {
 		fail("%s create: the answer lacks uid, resourceVersion or creationTimestamp", kind)
 	}
-	got, err := c.Get(ctx, "crud", metav1.GetOptions{})
-	must(err, kind+" get")
-	labels := got.GetLabels()
-	labels["step"] = "updated"
-	got.SetLabels(labels)
-	updated, err := c.Update(ctx, got, metav1.UpdateOptions{})
+	// Controllers of the real lane (the Deployment, Job and disruption
+	// controllers) may write status between our get and update: retry on
+	// conflict, as every Go controller does.
+	var got, updated T
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var err error
+		if got, err = c.Get(ctx, "crud", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		labels := got.GetLabels()
+		labels["step"] = "updated"
+		got.SetLabels(labels)
+		updated, err = c.Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	})
 	must(err, kind+" update")
 	if updated.GetResourceVersion() == created.GetResourceVersion() {
 		fail("%s update: resourceVersion did not change", kind)
@@ -151,7 +161,8 @@ func crud(cs *kubernetes.Clientset, ns string) {
 		func(l *corev1.SecretList) int { return len(l.Items) })
 	roundTrip("ServiceAccount", cs.CoreV1().ServiceAccounts(ns), &corev1.ServiceAccount{},
 		func(l *corev1.ServiceAccountList) int { return len(l.Items) })
-	roundTrip("Pod", cs.CoreV1().Pods(ns), &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{}}}}},
+	// No scheduler binds this pod: nothing else writes it.
+	roundTrip("Pod", cs.CoreV1().Pods(ns), &corev1.Pod{Spec: corev1.PodSpec{SchedulerName: "none", Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{}}}}},
 		func(l *corev1.PodList) int { return len(l.Items) })
 	roundTrip("Deployment", cs.AppsV1().Deployments(ns), &appsv1.Deployment{Spec: appsv1.DeploymentSpec{
 		Replicas: ptr.To[int32](0),
