@@ -531,7 +531,7 @@ async fn container_restarts_under_on_failure_count_towards_the_backoff_limit() {
     assert_eq!(
         pod.spec.unwrap().restart_policy.as_deref(),
         Some("OnFailure"),
-        "copied to the pod (report 4.23)"
+        "the replica's restartPolicy is copied to the pod, as upstream does"
     );
     operator.stop().await;
 }
