@@ -156,8 +156,9 @@ fi
 export GPUFLEET_GOCLIENT="$goclient_dir/goclient"
 
 if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "test.sh: installing cargo-nextest from crates.io (first run on this machine, a few minutes)" >&2
-  cargo install --locked cargo-nextest
+  # Pinned: a new nextest release must not change a run unannounced.
+  echo "test.sh: installing cargo-nextest 0.9.151 from crates.io (first run on this machine, 6 to 19 minutes)" >&2
+  cargo install --locked cargo-nextest --version 0.9.151
 fi
 # Not exec: the EXIT trap above must still stop the services.
 status=0
