@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde_json::{Value, json};
@@ -40,18 +40,7 @@ async fn eviction(
         return ApiError::method_not_allowed().into_response();
     }
     let answer = match evict(&store, &namespace, &name, &headers, &body) {
-        Ok(()) => {
-            let status = json!({
-                "kind": "Status", "apiVersion": "v1", "metadata": {},
-                "status": "Success", "code": 201,
-            });
-            let mut response = (StatusCode::CREATED, status.to_string()).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
+        Ok(()) => crate::http::created_status(),
         Err(e) => e.into_response(),
     };
     negotiate::convert(&headers, false, false, answer).await

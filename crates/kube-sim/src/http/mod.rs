@@ -78,6 +78,16 @@ fn json_response(status: StatusCode, value: &Value) -> Response {
     bytes_response(status, Bytes::from(value.to_string()))
 }
 
+/// The `201 Success` Status a POST to a create-only subresource (binding,
+/// eviction) answers with.
+pub(crate) fn created_status() -> Response {
+    let status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Success", "code": 201,
+    });
+    json_response(StatusCode::CREATED, &status)
+}
+
 fn bytes_response(status: StatusCode, body: Bytes) -> Response {
     let mut response = (status, body).into_response();
     response.headers_mut().insert(

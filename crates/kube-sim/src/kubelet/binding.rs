@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde_json::{Value, json};
@@ -57,21 +57,7 @@ async fn binding(
         body
     };
     match bind(&store, &namespace, &name, &body) {
-        Ok(()) => {
-            let status = json!({
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "code": 201,
-            });
-            let mut response = (StatusCode::CREATED, status.to_string()).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
+        Ok(()) => crate::http::created_status(),
         Err(e) => e.into_response(),
     }
 }

@@ -157,16 +157,6 @@ fn envelope_field(message: &str, number: u32) -> ProtoError {
     }
 }
 
-/// Decodes a bare message by its proto name (`DeleteOptions` bodies come
-/// enveloped too; this is for messages nested in other formats).
-pub fn decode_message(name: &str, bytes: &[u8]) -> Result<Value, ProtoError> {
-    let schema = schema::schema();
-    let index = schema
-        .index(name)
-        .ok_or_else(|| ProtoError::Invalid(format!("no message {name}")))?;
-    decode::message(schema, index, bytes, 0)
-}
-
 /// Encodes an object (its `apiVersion` and `kind` name the message) with
 /// the magic and envelope, as kube-apiserver answers a protobuf client.
 pub fn encode_object(value: &Value) -> Result<Vec<u8>, EncodeError> {
