@@ -1,23 +1,25 @@
 //! `…/pods/{name}/exec`: the checks the apiserver makes before upgrading
 //! (404 for a missing pod, 400 for a bad container or options), then one
-//! WebSocket session per exec.
+//! session per exec, over WebSocket (`v5`/`v4.channel.k8s.io`) or SPDY/3.1
+//! (`v4.channel.k8s.io`), whichever the client's upgrade asks for.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
-use axum::http::Uri;
+use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{self, ClientFrame, ExecParams, Protocol};
-use super::{ExecHandlers, ExecOutput, ExecRequest, ExecStdin, ExecTarget};
+use super::{ExecFuture, ExecHandlers, ExecOutput, ExecRequest, ExecStdin, ExecTarget};
 use crate::error::ApiError;
 use crate::store::Store;
 
@@ -35,31 +37,74 @@ pub(crate) fn routes(state: ExecState) -> Router {
 }
 
 /// An exec that passed the apiserver's checks.
-struct Prepared {
+pub(super) struct Prepared {
     namespace: String,
     pod: Pod,
     labels: BTreeMap<String, String>,
     container: String,
-    params: ExecParams,
+    pub(super) params: ExecParams,
+}
+
+/// The upgrade a request asks for.
+enum Upgrade {
+    WebSocket,
+    Spdy,
+    None,
+}
+
+fn upgrade_of(request: &Request) -> Upgrade {
+    let asked = |value: &str| {
+        request
+            .headers()
+            .get_all(header::UPGRADE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|v| v.trim().eq_ignore_ascii_case(value))
+    };
+    if asked("websocket") {
+        Upgrade::WebSocket
+    } else if asked(super::spdy::UPGRADE) {
+        Upgrade::Spdy
+    } else {
+        Upgrade::None
+    }
 }
 
 async fn exec(
     State(state): State<ExecState>,
     Path((namespace, name)): Path<(String, String)>,
-    uri: Uri,
-    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    request: Request,
 ) -> Response {
-    let params = ExecParams::parse(uri.query().unwrap_or_default());
+    let params = ExecParams::parse(request.uri().query().unwrap_or_default());
     let prepared = match prepare(&state.store, &namespace, &name, params) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let Ok(upgrade) = upgrade else {
-        return ApiError::bad_request(
-            "Upgrade request required: kube-sim serves exec over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io)",
+    let handlers = state.handlers.clone();
+    let shutdown = state.store.shutdown.clone();
+    match upgrade_of(&request) {
+        Upgrade::Spdy => super::spdy::upgrade(request, prepared, handlers, shutdown),
+        Upgrade::WebSocket => {
+            let (mut parts, _body) = request.into_parts();
+            match WebSocketUpgrade::from_request_parts(&mut parts, &state).await {
+                Ok(upgrade) => websocket(upgrade, prepared, handlers, shutdown),
+                Err(rejection) => rejection.into_response(),
+            }
+        }
+        Upgrade::None => ApiError::bad_request(
+            "Upgrade request required: kube-sim serves exec over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io) and SPDY/3.1 (v4.channel.k8s.io)",
         )
-        .into_response();
-    };
+        .into_response(),
+    }
+}
+
+fn websocket(
+    upgrade: WebSocketUpgrade,
+    prepared: Prepared,
+    handlers: ExecHandlers,
+    shutdown: CancellationToken,
+) -> Response {
     let upgrade = upgrade.protocols(protocol::SUPPORTED);
     let Some(protocol) = upgrade
         .selected_protocol()
@@ -71,8 +116,6 @@ async fn exec(
         ))
         .into_response();
     };
-    let handlers = state.handlers.clone();
-    let shutdown = state.store.shutdown.clone();
     upgrade.on_upgrade(move |socket| session(socket, protocol, prepared, handlers, shutdown))
 }
 
@@ -141,14 +184,17 @@ fn choose_container(pod: &Pod, pod_name: &str, wanted: Option<&str>) -> Result<S
     }
 }
 
-async fn session(
-    socket: WebSocket,
-    protocol: Protocol,
-    job: Prepared,
-    handlers: ExecHandlers,
-    shutdown: CancellationToken,
-) {
-    let (mut sink, mut stream) = socket.split();
+/// A command handed to its handler: the exec's options, the sender of its
+/// stdin (when the client asked for stdin) and the running handler.
+pub(super) struct Started {
+    pub params: ExecParams,
+    pub stdin_tx: Option<mpsc::UnboundedSender<Bytes>>,
+    pub running: ExecFuture,
+}
+
+/// Finds the handler for `job` and starts it; a command no handler answers
+/// exits 127 as a shell's "command not found" does.
+pub(super) fn start(job: Prepared, handlers: &ExecHandlers) -> Started {
     let params = job.params;
     let target = ExecTarget {
         namespace: &job.namespace,
@@ -157,27 +203,64 @@ async fn session(
         command: &params.command,
     };
     let handler = handlers.find(&target);
-    let (mut stdin_tx, stdin) = if params.stdin {
+    let (stdin_tx, stdin) = if params.stdin {
         let (tx, rx) = ExecStdin::channel();
         (Some(tx), rx)
     } else {
         (None, ExecStdin::empty())
     };
     let request = ExecRequest {
-        namespace: job.namespace.clone(),
+        namespace: job.namespace,
         pod: job.pod,
-        container: job.container.clone(),
+        container: job.container,
         command: params.command.clone(),
         tty: params.tty,
         stdin,
     };
-    let mut running = match handler {
+    let running = match handler {
         Some(handler) => handler.handle(request),
         None => {
             let output = ExecOutput::command_not_found(&params.command);
-            Box::pin(async move { output })
+            Box::pin(async move { output }) as ExecFuture
         }
     };
+    Started {
+        params,
+        stdin_tx,
+        running,
+    }
+}
+
+/// What goes to the client's stdout and stderr, by its options. A terminal
+/// merges stderr into stdout, as a real TTY does.
+pub(super) fn route_output<'a>(
+    params: &ExecParams,
+    output: &'a ExecOutput,
+) -> (Option<Vec<u8>>, Option<&'a [u8]>) {
+    let stdout = (params.stdout || params.tty).then(|| {
+        let mut out = output.stdout.clone();
+        if params.tty {
+            out.extend_from_slice(&output.stderr);
+        }
+        out
+    });
+    let stderr = (params.stderr && !params.tty).then_some(output.stderr.as_slice());
+    (stdout, stderr)
+}
+
+async fn session(
+    socket: WebSocket,
+    protocol: Protocol,
+    job: Prepared,
+    handlers: ExecHandlers,
+    shutdown: CancellationToken,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let Started {
+        params,
+        mut stdin_tx,
+        mut running,
+    } = start(job, &handlers);
     let output = loop {
         tokio::select! {
             output = &mut running => break output,
@@ -203,14 +286,12 @@ async fn session(
     };
     drop(stdin_tx);
     let mut frames = Vec::new();
-    if params.stdout || params.tty {
-        frames.extend(protocol::data_frames(protocol::STDOUT, &output.stdout));
+    let (stdout, stderr) = route_output(&params, &output);
+    if let Some(stdout) = stdout {
+        frames.extend(protocol::data_frames(protocol::STDOUT, &stdout));
     }
-    // A terminal merges stderr into stdout, as a real TTY does.
-    if params.tty {
-        frames.extend(protocol::data_frames(protocol::STDOUT, &output.stderr));
-    } else if params.stderr {
-        frames.extend(protocol::data_frames(protocol::STDERR, &output.stderr));
+    if let Some(stderr) = stderr {
+        frames.extend(protocol::data_frames(protocol::STDERR, stderr));
     }
     frames.push(protocol::status_frame(output.exit_code));
     for frame in frames {

@@ -23,6 +23,7 @@
 pub(crate) mod endpoint;
 mod matcher;
 pub(crate) mod protocol;
+mod spdy;
 
 use std::fmt;
 use std::future::Future;

@@ -1,4 +1,5 @@
-//! pods/exec over WebSocket, driven by kube-rs `Api::exec` and by kubectl.
+//! pods/exec over WebSocket and SPDY/3.1, driven by kube-rs `Api::exec` and
+//! by kubectl (forced onto SPDY with `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -278,7 +279,21 @@ pub fn kubectl_path() -> PathBuf {
 /// Runs kubectl against `sim` with a throwaway kubeconfig and cache, off the
 /// async runtime that serves kube-sim (kubectl blocks).
 pub async fn kubectl_async(sim: &KubeSim, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    kubectl_async_env(sim, args, stdin, &[]).await
+}
+
+/// [`kubectl_async`] with extra environment variables.
+pub async fn kubectl_async_env(
+    sim: &KubeSim,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    envs: &[(&str, &str)],
+) -> Output {
     let kubeconfig = sim.kubeconfig();
+    let envs: Vec<(String, String)> = envs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let stdin = stdin.map(<[u8]>::to_vec);
     tokio::task::spawn_blocking(move || {
@@ -292,6 +307,7 @@ pub async fn kubectl_async(sim: &KubeSim, args: &[&str], stdin: Option<&[u8]>) -
             .arg(dir.path().join("cache"))
             .arg("--request-timeout=20s")
             .args(&args)
+            .envs(envs)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -370,6 +386,137 @@ async fn kubectl_exec_with_stdin_echoes_it_and_missing_pods_fail() {
         "{}",
         String::from_utf8_lossy(&ghost.stderr)
     );
+}
+
+/// kubectl forced onto SPDY/3.1 (its fallback from WebSocket is off).
+const SPDY_ONLY: (&str, &str) = ("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_over_spdy_carries_stdin_stdout_stderr_and_exit_codes() {
+    let (sim, _pods) = sim_with_pod("worker", &["main"]).await;
+    sim.exec_handlers()
+        .register(ExecMatcher::any().command(["echo"]), shell_like);
+    sim.exec_handlers().register(
+        ExecMatcher::any().command(["cat"]),
+        |mut req: ExecRequest| async move {
+            let input = req.stdin.read_to_end().await;
+            ExecOutput::stdout(input.clone())
+                .with_stderr(format!("{} bytes\n", input.len()))
+                .with_exit_code(if input.is_empty() { 1 } else { 0 })
+        },
+    );
+    let ok = kubectl_async_env(
+        &sim,
+        &["-v=8", "exec", "worker", "--", "echo", "hi", "there"],
+        None,
+        &[SPDY_ONLY],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&ok.stderr);
+    assert!(ok.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "hi there\n");
+    assert!(stderr.contains("from worker/main"), "{stderr}");
+    assert!(
+        stderr.contains("SPDY/3.1") && !stderr.contains("websocket"),
+        "kubectl did not upgrade to SPDY: {stderr}"
+    );
+
+    let failed = kubectl_async_env(
+        &sim,
+        &["exec", "worker", "--", "echo", "fail"],
+        None,
+        &[SPDY_ONLY],
+    )
+    .await;
+    assert_eq!(
+        failed.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&failed.stderr)
+    );
+
+    // 100 KiB of stdin crosses several DATA frames each way.
+    let input: Vec<u8> = (0..100 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+    let piped = kubectl_async_env(
+        &sim,
+        &["exec", "-i", "worker", "--", "cat"],
+        Some(&input),
+        &[SPDY_ONLY],
+    )
+    .await;
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert_eq!(piped.stdout, input);
+    assert_eq!(String::from_utf8_lossy(&piped.stderr), "102400 bytes\n");
+
+    let missing =
+        kubectl_async_env(&sim, &["exec", "worker", "--", "nope"], None, &[SPDY_ONLY]).await;
+    assert_eq!(missing.status.code(), Some(127));
+}
+
+#[tokio::test]
+async fn an_spdy_upgrade_without_a_stream_protocol_kube_sim_speaks_is_refused() {
+    let (sim, _pods) = sim_with_pod("worker", &["main"]).await;
+    let client = sim.http_client().unwrap();
+    let upgrade = |protocols: &[&str]| {
+        let mut request = http::Request::builder()
+            .method("POST")
+            .uri("/api/v1/namespaces/default/pods/worker/exec?command=ls&stdout=true")
+            .header("connection", "Upgrade")
+            .header("upgrade", "SPDY/3.1");
+        for p in protocols {
+            request = request.header("x-stream-protocol-version", *p);
+        }
+        let request = request.body(kube::client::Body::empty()).unwrap();
+        let client = client.clone();
+        async move {
+            let response = client.send(request).await.unwrap();
+            let code = response.status().as_u16();
+            let accepted = response
+                .headers()
+                .get("x-accepted-stream-protocol-versions")
+                .map(|v| v.to_str().unwrap().to_string());
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            (
+                code,
+                accepted,
+                status["message"].as_str().unwrap_or_default().to_string(),
+            )
+        }
+    };
+    let (code, accepted, message) = upgrade(&["v5.channel.k8s.io", "channel.k8s.io"]).await;
+    assert_eq!(code, 403, "{message}");
+    assert_eq!(accepted.as_deref(), Some("v4.channel.k8s.io"));
+    assert_eq!(
+        message,
+        "unable to upgrade: unable to negotiate protocol: client supports [v5.channel.k8s.io channel.k8s.io], server accepts [v4.channel.k8s.io]"
+    );
+    let (code, _, message) = upgrade(&[]).await;
+    assert_eq!(
+        (code, message.as_str()),
+        (
+            400,
+            "unable to upgrade: X-Stream-Protocol-Version is required"
+        )
+    );
+    // The checks before any upgrade still come first.
+    let request = http::Request::builder()
+        .method("POST")
+        .uri("/api/v1/namespaces/default/pods/worker/exec?stdout=true")
+        .header("connection", "Upgrade")
+        .header("upgrade", "SPDY/3.1")
+        .header("x-stream-protocol-version", "v4.channel.k8s.io")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    assert_eq!(response.status().as_u16(), 400);
 }
 
 #[tokio::test]
