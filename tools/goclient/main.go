@@ -1,7 +1,8 @@
 // Command goclient drives an API server the way Go controllers do: the
 // typed clientset over protobuf, informers, a leaderelection Lease lock,
-// DeleteOptions preconditions, an Eviction, and a controller-runtime
-// manager whose client and cache use protobuf. It prints one line per
+// DeleteOptions preconditions, an Eviction, exec over SPDY and over
+// WebSocket, and a controller-runtime manager whose client and cache use
+// protobuf. It prints one line per
 // check, with nothing server-specific in it (no UIDs, versions or times),
 // and exits 1 on the first behaviour that differs from kube-apiserver's.
 // The kube-sim suite runs it against kube-sim and against the real lane
@@ -9,11 +10,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,11 +36,14 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -75,8 +81,8 @@ func eventually(what string, timeout time.Duration, check func() bool) {
 }
 
 func main() {
-	if len(os.Args) != 2 {
-		fail("usage: goclient KUBECONFIG")
+	if len(os.Args) != 3 {
+		fail("usage: goclient KUBECONFIG NAMESPACE/POD (a running pod whose container runs sh)")
 	}
 	config, err := clientcmd.BuildConfigFromFlags("", os.Args[1])
 	must(err, "kubeconfig")
@@ -98,6 +104,7 @@ func main() {
 	watchList(cs, ns)
 	leaderElection(cs, ns)
 	eviction(cs, ns)
+	remoteExec(config, cs, os.Args[2])
 	controllerRuntime(config, ns)
 }
 
@@ -395,4 +402,40 @@ func controllerRuntime(config *rest.Config, ns string) {
 		fail("manager: %v", err)
 	}
 	say("controller-runtime reconciled=true")
+}
+
+// execScript reads a line of stdin, answers on both output streams and
+// exits 3, so one run shows all four channels.
+const execScript = `read line; echo "out:$line"; echo "err:$line" >&2; exit 3`
+
+// remoteExec runs execScript in target (namespace/pod) through client-go's
+// SPDY executor and its WebSocket executor.
+func remoteExec(config *rest.Config, cs *kubernetes.Clientset, target string) {
+	ns, pod, ok := strings.Cut(target, "/")
+	if !ok {
+		fail("exec target %q is not namespace/pod", target)
+	}
+	url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: []string{"sh", "-c", execScript}, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec).
+		URL()
+	for _, transport := range []string{"spdy", "websocket"} {
+		var executor remotecommand.Executor
+		var err error
+		if transport == "spdy" {
+			executor, err = remotecommand.NewSPDYExecutor(config, "POST", url)
+		} else {
+			executor, err = remotecommand.NewWebSocketExecutor(config, "GET", url.String())
+		}
+		must(err, "exec over "+transport)
+		var stdout, stderr bytes.Buffer
+		err = executor.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader("gpu\n"), Stdout: &stdout, Stderr: &stderr})
+		code := 0
+		var exitErr utilexec.ExitError
+		if errors.As(err, &exitErr) {
+			code = exitErr.ExitStatus()
+		} else {
+			must(err, "exec over "+transport)
+		}
+		say("exec %s stdout=%q stderr=%q exit=%d", transport, stdout.String(), stderr.String(), code)
+	}
 }
