@@ -283,6 +283,14 @@ impl KubeSimBuilder {
         };
         let client = kube::Client::new(app, self.default_namespace.clone());
         // exec + kubelet: the simulated kubelet and scheduler use the in-process client
+        if self.kubelet.enabled && self.kubelet.workloads {
+            crate::workloads::namespace_defaults::spawn(
+                client.clone(),
+                certificates.as_ref().map(|c| c.ca_pem.clone()),
+                store.shutdown.clone(),
+            )
+            .await;
+        }
         crate::kubelet::spawn(client.clone(), self.kubelet, store.clone());
         tracing::debug!(url = %format!("{scheme}://{local}"), "kube-sim started");
         Ok(KubeSim {

@@ -60,8 +60,9 @@ pub struct KubeletConfig {
     /// Pause before a container restarts (default 1 s; the real kubelet's
     /// CrashLoopBackOff starts at 10 s and doubles).
     pub restart_delay: Duration,
-    /// Runs the Deployment, ReplicaSet and Job controllers (default true;
-    /// only with the kubelet enabled).
+    /// Runs the Deployment, ReplicaSet and Job controllers, and gives every
+    /// new namespace its `default` ServiceAccount and `kube-root-ca.crt`
+    /// ConfigMap (default true; only with the kubelet enabled).
     pub workloads: bool,
 }
 

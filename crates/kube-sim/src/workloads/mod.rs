@@ -7,6 +7,7 @@
 
 mod deployment;
 mod job;
+pub(crate) mod namespace_defaults;
 pub(crate) mod plan;
 mod replicaset;
 
