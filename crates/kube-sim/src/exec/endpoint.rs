@@ -33,11 +33,26 @@ pub(crate) struct ExecState {
 pub(crate) fn routes(state: ExecState) -> Router {
     Router::new()
         .route("/api/v1/namespaces/{namespace}/pods/{name}/exec", any(exec))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/attach",
+            any(attach),
+        )
         .with_state(state)
 }
 
-/// An exec that passed the apiserver's checks.
+/// Which subresource a session serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// `pods/exec`: run the query's command.
+    Exec,
+    /// `pods/attach`: join the container's own process, its `command` and
+    /// `args` as far as handlers are concerned.
+    Attach,
+}
+
+/// An exec or attach that passed the apiserver's checks.
 pub(super) struct Prepared {
+    mode: Mode,
     namespace: String,
     pod: Pod,
     labels: BTreeMap<String, String>,
@@ -76,8 +91,26 @@ async fn exec(
     Path((namespace, name)): Path<(String, String)>,
     request: Request,
 ) -> Response {
+    connect(state, Mode::Exec, namespace, name, request).await
+}
+
+async fn attach(
+    State(state): State<ExecState>,
+    Path((namespace, name)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    connect(state, Mode::Attach, namespace, name, request).await
+}
+
+async fn connect(
+    state: ExecState,
+    mode: Mode,
+    namespace: String,
+    name: String,
+    request: Request,
+) -> Response {
     let params = ExecParams::parse(request.uri().query().unwrap_or_default());
-    let prepared = match prepare(&state.store, &namespace, &name, params) {
+    let prepared = match prepare(&state.store, mode, &namespace, &name, params) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -93,7 +126,7 @@ async fn exec(
             }
         }
         Upgrade::None => ApiError::bad_request(
-            "Upgrade request required: kube-sim serves exec over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io) and SPDY/3.1 (v4.channel.k8s.io)",
+            "Upgrade request required: kube-sim serves exec and attach over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io) and SPDY/3.1 (v4.channel.k8s.io)",
         )
         .into_response(),
     }
@@ -121,15 +154,20 @@ fn websocket(
 
 fn prepare(
     store: &Store,
+    mode: Mode,
     namespace: &str,
     name: &str,
-    params: ExecParams,
+    mut params: ExecParams,
 ) -> Result<Prepared, ApiError> {
     let rt = store
         .resolve("", "v1", "pods")
         .ok_or_else(ApiError::no_such_resource)?;
     let stored = store.get(&rt, Some(namespace), name)?;
-    params.validate().map_err(ApiError::bad_request)?;
+    match mode {
+        Mode::Exec => params.validate(),
+        Mode::Attach => params.validate_streams(),
+    }
+    .map_err(ApiError::bad_request)?;
     let pod: Pod = serde_json::from_slice(&stored.json)
         .map_err(|e| ApiError::internal(format!("stored pod {namespace}/{name}: {e}")))?;
     let container =
@@ -144,13 +182,34 @@ fn prepare(
             "cannot exec into a container in a completed pod; current phase is {phase}"
         )));
     }
+    if mode == Mode::Attach {
+        params.command = entrypoint(&pod, &container);
+    }
     Ok(Prepared {
+        mode,
         namespace: namespace.to_string(),
         labels: stored.labels.clone(),
         pod,
         container,
         params,
     })
+}
+
+/// A container's `command` followed by its `args`, as written in the pod
+/// (empty when the image's own entrypoint runs).
+fn entrypoint(pod: &Pod, container: &str) -> Vec<String> {
+    let spec = pod.spec.as_ref();
+    let all = spec.into_iter().flat_map(|s| {
+        let init = s.init_containers.iter().flatten();
+        s.containers.iter().chain(init)
+    });
+    all.filter(|c| c.name == container)
+        .map(|c| {
+            let command = c.command.iter().flatten();
+            command.chain(c.args.iter().flatten()).cloned().collect()
+        })
+        .next()
+        .unwrap_or_default()
 }
 
 /// The container an exec addresses: the named one if the pod has it, or the
@@ -210,6 +269,7 @@ pub(super) fn start(job: Prepared, handlers: &ExecHandlers) -> Started {
         (None, ExecStdin::empty())
     };
     let request = ExecRequest {
+        attach: job.mode == Mode::Attach,
         namespace: job.namespace,
         pod: job.pod,
         container: job.container,
@@ -219,6 +279,9 @@ pub(super) fn start(job: Prepared, handlers: &ExecHandlers) -> Started {
     };
     let running = match handler {
         Some(handler) => handler.handle(request),
+        // A simulated container prints nothing: an attach no handler
+        // answers ends at once, successfully.
+        None if job.mode == Mode::Attach => Box::pin(async { ExecOutput::default() }) as ExecFuture,
         None => {
             let output = ExecOutput::command_not_found(&params.command);
             Box::pin(async move { output }) as ExecFuture

@@ -41,6 +41,9 @@ pub use matcher::{ExecMatcher, ExecTarget, InvalidSelector};
 /// One command to answer.
 #[derive(Debug)]
 pub struct ExecRequest {
+    /// `pods/attach` rather than `pods/exec`: `command` is then the
+    /// container's own `command` and `args`.
+    pub attach: bool,
     pub namespace: String,
     /// The pod as stored when the exec started.
     pub pod: Pod,
@@ -280,6 +283,7 @@ mod tests {
 
     fn request(command: &[&str]) -> ExecRequest {
         ExecRequest {
+            attach: false,
             namespace: "default".into(),
             pod: Pod::default(),
             container: "c".into(),

@@ -74,6 +74,11 @@ impl ExecParams {
         if self.command.is_empty() {
             return Err("you must specify at least 1 command".into());
         }
+        self.validate_streams()
+    }
+
+    /// The check attach shares with exec: some stream is asked for.
+    pub fn validate_streams(&self) -> Result<(), String> {
         if !(self.stdin || self.stdout || self.stderr) {
             return Err("you must specify at least 1 of stdin, stdout, stderr".into());
         }

@@ -589,3 +589,106 @@ async fn device_plugin_pods_on_simulated_nodes_answer_nvidia_smi_per_node() {
         );
     }
 }
+
+// --- attach ---
+
+/// A pod whose container runs `train.py --epochs 2`, marked Running (kubectl
+/// attach waits for that).
+async fn sim_with_trainer() -> KubeSim {
+    let sim = KubeSim::builder()
+        .kubelet(KubeletConfig::disabled())
+        .start()
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(sim.http_client().unwrap());
+    let trainer: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "trainer", "labels": {"app": "train"}},
+        "spec": {"containers": [
+            {"name": "main", "image": "registry.example/train:1",
+             "command": ["train.py"], "args": ["--epochs", "2"]},
+            {"name": "sidecar", "image": "registry.example/idle:1"}
+        ]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &trainer).await.unwrap();
+    pods.patch_status(
+        "trainer",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "Running"}})),
+    )
+    .await
+    .unwrap();
+    sim
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_attach_over_websocket_and_spdy_joins_the_containers_own_process() {
+    let sim = sim_with_trainer().await;
+    sim.exec_handlers().register(
+        ExecMatcher::any().command(["train.py"]),
+        |req: ExecRequest| async move {
+            assert!(req.attach, "an attach is marked as one");
+            ExecOutput::stdout(format!("epoch 1 of {}\n", req.command.join(" ")))
+                .with_stderr("warming up\n")
+        },
+    );
+    for envs in [&[][..], &[SPDY_ONLY][..]] {
+        let out = kubectl_async_env(&sim, &["attach", "trainer", "-c", "main"], None, envs).await;
+        assert!(
+            out.status.success(),
+            "{envs:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "epoch 1 of train.py --epochs 2\n",
+            "{envs:?}"
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("warming up"));
+        // The sidecar runs the image's entrypoint, which no handler plays:
+        // it prints nothing and the attach ends at once.
+        let idle =
+            kubectl_async_env(&sim, &["attach", "trainer", "-c", "sidecar"], None, envs).await;
+        assert!(
+            idle.status.success(),
+            "{}",
+            String::from_utf8_lossy(&idle.stderr)
+        );
+        assert!(idle.stdout.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn attach_needs_a_stream_but_no_command() {
+    let sim = sim_with_trainer().await;
+    let client = sim.http_client().unwrap();
+    let (code, status) = crate::support::raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/pods/trainer/attach?container=main",
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        status["message"],
+        "you must specify at least 1 of stdin, stdout, stderr"
+    );
+    let (code, status) = crate::support::raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/pods/trainer/attach?container=main&stdout=true",
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Upgrade request required"),
+        "{status}"
+    );
+}
