@@ -46,9 +46,7 @@ async fn client_go_and_controller_runtime_run_unmodified_with_the_transcript_kub
                 .tls()
                 .require_token()
                 .exec_handler(
-                    ExecMatcher::any()
-                        .namespace(EXEC_NAMESPACE)
-                        .command(["sh", "-c"]),
+                    ExecMatcher::any().command(["/bin/sh", "-c"]),
                     sh_reading_a_line,
                 )
                 .start()
@@ -66,7 +64,7 @@ async fn client_go_and_controller_runtime_run_unmodified_with_the_transcript_kub
     let target = ExecTarget::start(&client).await;
     let run = tokio::process::Command::new(&binary)
         .arg(&kubeconfig)
-        .arg(format!("{EXEC_NAMESPACE}/{EXEC_POD}"))
+        .arg(format!("{}/{EXEC_POD}", target.namespace))
         .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(Duration::from_secs(180), run)
@@ -88,18 +86,16 @@ async fn client_go_and_controller_runtime_run_unmodified_with_the_transcript_kub
     );
 }
 
-const EXEC_NAMESPACE: &str = "goclient-exec";
 const EXEC_POD: &str = "shell";
-const EXEC_NODE: &str = "goclient-exec-node";
 
-/// What `sh -c 'read line; echo "out:$line"; echo "err:$line" >&2; exit 3'`
+/// What `/bin/sh -c 'read line; echo "out:$line"; echo "err:$line" >&2'`
 /// does, for kube-sim's exec handler (the real lane runs the shell).
 async fn sh_reading_a_line(mut request: ExecRequest) -> ExecOutput {
     let script = request.command.get(2).cloned().unwrap_or_default();
     let input = request.stdin.read_to_end().await;
     let text = String::from_utf8_lossy(&input);
     let line = text.lines().next().unwrap_or_default();
-    if script != r#"read line; echo "out:$line"; echo "err:$line" >&2; exit 3"# {
+    if script != r#"read line; echo "out:$line"; echo "err:$line" >&2"# {
         return ExecOutput::failure(
             2,
             format!("kube-sim's sh stand-in does not run {script:?}\n"),
@@ -107,7 +103,6 @@ async fn sh_reading_a_line(mut request: ExecRequest) -> ExecOutput {
     }
     ExecOutput::stdout(format!("out:{line}\n"))
         .with_stderr(format!("err:{line}\n"))
-        .with_exit_code(3)
 }
 
 /// A running pod to exec into: a KWOK-managed Node (kube-sim's kubelet runs
@@ -115,9 +110,13 @@ async fn sh_reading_a_line(mut request: ExecRequest) -> ExecOutput {
 /// that lets its commands run in a local shell.
 struct ExecTarget {
     client: kube::Client,
+    /// Namespace and Node are named per run: a retry must not meet the
+    /// last run's namespace still terminating.
+    namespace: String,
+    node: String,
 }
 
-fn kwok_execs(client: &kube::Client) -> Api<DynamicObject> {
+fn kwok_execs(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
     let resource = kube::api::ApiResource {
         group: "kwok.x-k8s.io".into(),
         version: "v1alpha1".into(),
@@ -125,20 +124,30 @@ fn kwok_execs(client: &kube::Client) -> Api<DynamicObject> {
         kind: "Exec".into(),
         plural: "execs".into(),
     };
-    Api::namespaced_with(client.clone(), EXEC_NAMESPACE, &resource)
+    Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
 impl ExecTarget {
     async fn start(client: &kube::Client) -> Self {
+        let run = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+            % 1_000_000;
+        let target = Self {
+            client: client.clone(),
+            namespace: format!("goclient-exec-{run}"),
+            node: format!("goclient-exec-{run}"),
+        };
+        let (ns, node_name) = (target.namespace.as_str(), target.node.as_str());
         let pp = PostParams::default();
-        let namespace =
-            serde_json::from_value(json!({"metadata": {"name": EXEC_NAMESPACE}})).unwrap();
+        let namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
         Api::<Namespace>::all(client.clone())
             .create(&pp, &namespace)
             .await
             .expect("exec namespace");
         let node = serde_json::from_value(json!({
-            "metadata": {"name": EXEC_NODE, "annotations": {"kwok.x-k8s.io/node": "fake"}}
+            "metadata": {"name": node_name, "annotations": {"kwok.x-k8s.io/node": "fake"}}
         }))
         .unwrap();
         Api::<Node>::all(client.clone())
@@ -149,19 +158,19 @@ impl ExecTarget {
             let exec: DynamicObject = serde_json::from_value(json!({
                 "apiVersion": "kwok.x-k8s.io/v1alpha1",
                 "kind": "Exec",
-                "metadata": {"name": EXEC_POD, "namespace": EXEC_NAMESPACE},
+                "metadata": {"name": EXEC_POD, "namespace": ns},
                 "spec": {"execs": [{"local": {"workDir": "/tmp"}}]}
             }))
             .unwrap();
-            kwok_execs(client)
+            kwok_execs(client, ns)
                 .create(&pp, &exec)
                 .await
                 .expect("KWOK Exec");
         }
-        let pods: Api<Pod> = Api::namespaced(client.clone(), EXEC_NAMESPACE);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
         let pod = serde_json::from_value(json!({
             "metadata": {"name": EXEC_POD},
-            "spec": {"nodeName": EXEC_NODE, "containers": [{"name": "sh", "image": "busybox:1.37"}]}
+            "spec": {"nodeName": node_name, "containers": [{"name": "sh", "image": "busybox:1.37"}]}
         }))
         .unwrap();
         pods.create(&pp, &pod).await.expect("exec pod");
@@ -177,24 +186,24 @@ impl ExecTarget {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Self {
-            client: client.clone(),
-        }
+        target
     }
 
     /// Removes what [`ExecTarget::start`] made, so the real lane is left as
     /// it was.
     async fn stop(self) {
         let dp = DeleteParams::default().grace_period(0);
-        let _ = Api::<Pod>::namespaced(self.client.clone(), EXEC_NAMESPACE)
+        let _ = Api::<Pod>::namespaced(self.client.clone(), &self.namespace)
             .delete(EXEC_POD, &dp)
             .await;
-        let _ = kwok_execs(&self.client).delete(EXEC_POD, &dp).await;
+        let _ = kwok_execs(&self.client, &self.namespace)
+            .delete(EXEC_POD, &dp)
+            .await;
         let _ = Api::<Node>::all(self.client.clone())
-            .delete(EXEC_NODE, &dp)
+            .delete(&self.node, &dp)
             .await;
         let _ = Api::<Namespace>::all(self.client.clone())
-            .delete(EXEC_NAMESPACE, &dp)
+            .delete(&self.namespace, &dp)
             .await;
     }
 }
