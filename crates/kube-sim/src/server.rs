@@ -234,6 +234,11 @@ impl KubeSimBuilder {
                     handlers: self.exec_handlers.clone(),
                 },
             ))
+            .merge(crate::exec::portforward::routes(
+                crate::exec::portforward::PortForwardState {
+                    store: store.clone(),
+                },
+            ))
             .merge(crate::kubelet::binding::routes(store.clone()))
             .merge(crate::http::eviction::routes(store.clone()))
             // faults: in front of every Kubernetes route, merged ones included

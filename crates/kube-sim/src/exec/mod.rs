@@ -22,6 +22,7 @@
 
 pub(crate) mod endpoint;
 mod matcher;
+pub(crate) mod portforward;
 pub(crate) mod protocol;
 mod spdy;
 

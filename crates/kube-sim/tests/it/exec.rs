@@ -692,3 +692,171 @@ async fn attach_needs_a_stream_but_no_command() {
         "{status}"
     );
 }
+
+// --- port-forward ---
+
+/// A loopback TCP server that answers each line with `echo:<line>`.
+async fn echo_server() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (reader, mut writer) = socket.into_split();
+                let mut lines = tokio::io::BufReader::new(reader);
+                let mut line = String::new();
+                use tokio::io::AsyncBufReadExt;
+                while lines.read_line(&mut line).await.unwrap_or(0) > 0 {
+                    if writer
+                        .write_all(format!("echo:{line}").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Starts `kubectl port-forward pod/web :<port>` and returns it with the
+/// local port it listens on.
+fn kubectl_port_forward(
+    kubeconfig: &Path,
+    port: u16,
+    envs: &[(&str, &str)],
+) -> (std::process::Child, u16) {
+    use std::io::BufRead;
+    let mut child = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["port-forward", "pod/web", &format!(":{port}")])
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    // "Forwarding from 127.0.0.1:43211 -> 8080"
+    let first = lines
+        .next()
+        .expect("kubectl prints where it listens")
+        .unwrap();
+    let local = first
+        .strip_prefix("Forwarding from 127.0.0.1:")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"));
+    // Keep draining stdout so kubectl never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    (child, local)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_port_forward_over_the_websocket_tunnel_and_spdy_reaches_the_annotated_port() {
+    let echo = echo_server().await;
+    let sim = KubeSim::builder()
+        .kubelet(KubeletConfig::disabled())
+        .start()
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(sim.http_client().unwrap());
+    let web: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "annotations": {
+            "kube-sim.gpufleet.dev/port-forward": format!("8080={echo}")
+        }},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "web", "image": "registry.example/web:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &web).await.unwrap();
+    pods.patch_status(
+        "web",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "Running"}})),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
+    for envs in [&[][..], &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..]] {
+        let (mut child, local) = {
+            let kubeconfig = kubeconfig.clone();
+            let envs: Vec<(&'static str, &'static str)> = envs.to_vec();
+            tokio::task::spawn_blocking(move || kubectl_port_forward(&kubeconfig, 8080, &envs))
+                .await
+                .unwrap()
+        };
+        // Two connections in turn, several lines each, through one tunnel.
+        for round in 0..2 {
+            let socket = tokio::net::TcpStream::connect(("127.0.0.1", local))
+                .await
+                .unwrap();
+            let (reader, mut writer) = socket.into_split();
+            let mut lines = tokio::io::BufReader::new(reader);
+            for i in 0..3 {
+                writer
+                    .write_all(format!("r{round} l{i}\n").as_bytes())
+                    .await
+                    .unwrap();
+                let mut line = String::new();
+                use tokio::io::AsyncBufReadExt;
+                tokio::time::timeout(Duration::from_secs(10), lines.read_line(&mut line))
+                    .await
+                    .unwrap_or_else(|_| panic!("{envs:?}: no echo"))
+                    .unwrap();
+                assert_eq!(line, format!("echo:r{round} l{i}\n"), "{envs:?}");
+            }
+        }
+        child.kill().unwrap();
+        let _ = child.wait();
+    }
+    // kubectl opened the WebSocket tunnel (a GET) first, then SPDY (a POST):
+    // neither round fell back to the other transport.
+    let upgrades = |verb| sim.metrics().requests(verb, "pods/portforward", 101);
+    assert_eq!((upgrades("get"), upgrades("create")), (1, 1));
+}
+
+#[tokio::test]
+async fn port_forward_needs_a_bound_pod_and_a_valid_annotation() {
+    let sim = KubeSim::builder()
+        .kubelet(KubeletConfig::disabled())
+        .start()
+        .await
+        .unwrap();
+    let client = sim.http_client().unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    for (name, node, annotation) in [
+        ("unbound", None, "8080=127.0.0.1:1"),
+        ("remote", Some("n"), "8080=10.1.2.3:80"),
+    ] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {"kube-sim.gpufleet.dev/port-forward": annotation}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let post = |name: &str| {
+        let uri = format!("/api/v1/namespaces/default/pods/{name}/portforward");
+        let client = client.clone();
+        async move { crate::support::raw(&client, "POST", &uri, "application/json", b"").await }
+    };
+    let (code, status) = post("unbound").await;
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (400, Some("pod unbound does not have a host assigned"))
+    );
+    let (code, status) = post("remote").await;
+    assert_eq!(code, 400);
+    assert!(
+        status["message"].as_str().unwrap().contains("not loopback"),
+        "{status}"
+    );
+    let (code, _) = post("ghost").await;
+    assert_eq!(code, 404);
+}

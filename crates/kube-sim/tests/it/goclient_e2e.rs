@@ -101,8 +101,7 @@ async fn sh_reading_a_line(mut request: ExecRequest) -> ExecOutput {
             format!("kube-sim's sh stand-in does not run {script:?}\n"),
         );
     }
-    ExecOutput::stdout(format!("out:{line}\n"))
-        .with_stderr(format!("err:{line}\n"))
+    ExecOutput::stdout(format!("out:{line}\n")).with_stderr(format!("err:{line}\n"))
 }
 
 /// A running pod to exec into: a KWOK-managed Node (kube-sim's kubelet runs

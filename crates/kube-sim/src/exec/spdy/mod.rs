@@ -11,6 +11,7 @@
 //! `Success` or `NonZeroExitCode` with an `ExitCode` cause) and its FIN.
 
 mod frame;
+pub(super) mod portforward;
 mod session;
 
 use axum::body::Body;
