@@ -242,11 +242,7 @@ async fn pump(socket: WebSocket, pipe: tokio::io::DuplexStream) {
     let inbound = async {
         while let Some(Ok(message)) = stream.next().await {
             match message {
-                Message::Binary(bytes) => {
-                    if pipe_writer.write_all(&bytes).await.is_err() {
-                        break;
-                    }
-                }
+                Message::Binary(bytes) if pipe_writer.write_all(&bytes).await.is_err() => break,
                 Message::Close(_) => break,
                 _ => {}
             }
