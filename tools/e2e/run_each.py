@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Runs each [sig-api-machinery] [Conformance] spec of e2e.test in its own
-process, two at a time, and tallies them.
+process, JOBS at a time, and tallies them.
 
 One process per spec because a spec whose setup fails in a goroutine of
 its own (chunking's PodTemplate writers, for one) panics outside Ginkgo and
 ends the whole e2e.test run: counted here as that spec's failure, not as
 the end of the tally.
 
-usage: run_each.py E2E_TEST KUBECONFIG OUT_DIR [PER_SPEC_SECONDS]
+usage: run_each.py E2E_TEST KUBECONFIG OUT_DIR [PER_SPEC_SECONDS [JOBS [MUST_PASS_FILE]]]
 Writes OUT_DIR/<n>.log and OUT_DIR/<n>.xml per spec and OUT_DIR/results.tsv
-(status, seconds, first failure line, spec)."""
+(status, seconds, first failure line, spec). With MUST_PASS_FILE (one spec
+text per line), exits 1 when one of those specs did not pass: the figure
+may rise, never silently fall."""
 import concurrent.futures
 import os
 import re
@@ -89,10 +91,15 @@ def run_one(args):
 def main():
     e2e, kubeconfig, out = sys.argv[1:4]
     limit = int(sys.argv[4]) if len(sys.argv) > 4 else 180
+    jobs_at_once = int(sys.argv[5]) if len(sys.argv) > 5 else 2
+    must_pass = []
+    if len(sys.argv) > 6:
+        with open(sys.argv[6]) as listed:
+            must_pass = [line.strip() for line in listed if line.strip() and not line.startswith("#")]
     names = specs(e2e, out)
     jobs = [(i, t, e2e, kubeconfig, out, limit) for i, t in enumerate(names)]
     results = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs_at_once) as pool:
         for status, seconds, failure, text in pool.map(run_one, jobs):
             results.append((status, seconds, failure, text))
             print(f"{status} {seconds:6.1f}s {text}", flush=True)
@@ -102,7 +109,13 @@ def main():
     passed = sum(1 for r in results if r[0] == "pass")
     print(f"[sig-api-machinery] [Conformance]: {passed} passed of {len(results)}")
     # A spec the focus did not pick alone was not measured: fail the run.
-    return 1 if any(r[0] == "error" for r in results) else 0
+    failed = any(r[0] == "error" for r in results)
+    outcome = {text: status for status, _, _, text in results}
+    for text in must_pass:
+        if outcome.get(text) != "pass":
+            print(f"REGRESSION: listed as passing but {outcome.get(text, 'not run')}: {text}")
+            failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

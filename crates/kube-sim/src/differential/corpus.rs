@@ -25,6 +25,7 @@ use serde_json::Value;
 /// The corpus shipped with kube-sim, embedded so the binary needs no files.
 const EMBEDDED: &[(&str, &str)] = &[
     ("crud", include_str!("../../differential/crud.yaml")),
+    ("streams", include_str!("../../differential/streams.yaml")),
     ("patch", include_str!("../../differential/patch.yaml")),
     ("apply", include_str!("../../differential/apply.yaml")),
     ("crd", include_str!("../../differential/crd.yaml")),
@@ -144,6 +145,9 @@ pub struct Step {
     /// Response headers to compare (for example `warning`).
     #[serde(default)]
     pub headers: Vec<String>,
+    /// Extra request headers (for example an `upgrade` offer).
+    #[serde(default)]
+    pub request_headers: BTreeMap<String, String>,
 }
 
 /// A difference kept on purpose, matched by scenario name.

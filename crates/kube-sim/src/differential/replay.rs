@@ -39,9 +39,13 @@ async fn send(
     path: &str,
     content_type: Option<&str>,
     accept: Option<&str>,
+    extra_headers: &BTreeMap<String, String>,
     body: Vec<u8>,
 ) -> Result<http::Response<kube::client::Body>, String> {
     let mut builder = http::Request::builder().method(method).uri(path);
+    for (name, value) in extra_headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
     if let Some(content_type) = content_type {
         builder = builder.header("content-type", content_type);
     }
@@ -113,6 +117,7 @@ async fn request(
         path,
         content_type,
         step.accept.as_deref(),
+        &step.request_headers,
         body,
     )
     .await?;
@@ -186,7 +191,16 @@ async fn wait(client: &kube::Client, path: &str, want: u16) -> Result<(), String
     let deadline = tokio::time::Instant::now() + WAIT_TIMEOUT;
     let mut last = 0;
     while tokio::time::Instant::now() < deadline {
-        let response = send(client, "GET", path, None, None, Vec::new()).await?;
+        let response = send(
+            client,
+            "GET",
+            path,
+            None,
+            None,
+            &BTreeMap::new(),
+            Vec::new(),
+        )
+        .await?;
         last = response.status().as_u16();
         if last == want {
             return Ok(());
@@ -221,6 +235,7 @@ pub async fn replay(
         "/api/v1/namespaces",
         Some("application/json"),
         None,
+        &BTreeMap::new(),
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
             .to_string()
             .into_bytes(),
@@ -239,7 +254,16 @@ pub async fn replay(
     let result = run_steps(client, scenario, &mut vars).await;
     for path in &scenario.cleanup {
         let path = substitute(path, &vars);
-        let _ = send(client, "DELETE", &path, None, None, Vec::new()).await;
+        let _ = send(
+            client,
+            "DELETE",
+            &path,
+            None,
+            None,
+            &BTreeMap::new(),
+            Vec::new(),
+        )
+        .await;
     }
     let _ = send(
         client,
@@ -247,6 +271,7 @@ pub async fn replay(
         &format!("/api/v1/namespaces/{namespace}"),
         None,
         None,
+        &BTreeMap::new(),
         Vec::new(),
     )
     .await;
