@@ -262,6 +262,7 @@ mod tests {
             events: None,
             status: None,
             headers: vec![],
+            request_headers: BTreeMap::new(),
         }
     }
 
