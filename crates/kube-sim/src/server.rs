@@ -289,6 +289,11 @@ impl KubeSimBuilder {
         let client = kube::Client::new(app, self.default_namespace.clone());
         // exec + kubelet: the simulated kubelet and scheduler use the in-process client
         if self.kubelet.enabled && self.kubelet.workloads {
+            crate::workloads::token_secrets::spawn(
+                client.clone(),
+                certificates.as_ref().map(|c| c.ca_pem.clone()),
+                store.shutdown.clone(),
+            );
             crate::workloads::namespace_defaults::spawn(
                 client.clone(),
                 certificates.as_ref().map(|c| c.ca_pem.clone()),

@@ -97,16 +97,11 @@ fn check(guard: &Guard, request: &Request) -> Result<Option<UserInfo>, ApiError>
     Ok(Some(caller))
 }
 
-/// A ServiceAccount token from TokenRequest (for the API's own audience)
-/// or a static token.
+/// A ServiceAccount token from TokenRequest or from a ServiceAccount-token
+/// Secret (for the API's own audience), or a static token.
 fn authenticate(guard: &Guard, token: &str) -> Result<UserInfo, ApiError> {
     let store = &guard.app.store;
-    match guard
-        .app
-        .tokens
-        .review(token, &[], jiff::Timestamp::now(), |ns, name| {
-            super::tokens::account_uid(store, ns, name)
-        }) {
+    match super::tokens::review_token(store, &guard.app.tokens, token, &[]) {
         Review::Authenticated { user, .. } => {
             let mut groups = user.groups;
             if !groups.iter().any(|g| g == "system:authenticated") {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, Cause};
 use crate::store::Store;
 use crate::tokens::{
-    DEFAULT_AUDIENCE, DEFAULT_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS, Review, Tokens,
+    DEFAULT_AUDIENCE, DEFAULT_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS, Review, TokenUser, Tokens,
 };
 
 enum Call {
@@ -52,6 +52,72 @@ pub fn answer(
             request(store, tokens, &namespace, &name, headers, body)
         }
         Call::Review => review(store, tokens, headers, body),
+    })
+}
+
+/// Reviews a token kube-sim accepts: a static or TokenRequest token, else
+/// the token of a filled ServiceAccount-token Secret (see
+/// `workloads::token_secrets`), valid for the API's own audience only.
+pub(super) fn review_token(
+    store: &Store,
+    tokens: &Tokens,
+    token: &str,
+    audiences: &[String],
+) -> Review {
+    let review = tokens.review(token, audiences, jiff::Timestamp::now(), |ns, name| {
+        account_uid(store, ns, name)
+    });
+    if !matches!(&review, Review::Rejected(why) if why == "invalid bearer token") {
+        return review;
+    }
+    let Some(user) = secret_token_user(store, token) else {
+        return review;
+    };
+    if !audiences.is_empty() && !audiences.iter().any(|a| a == DEFAULT_AUDIENCE) {
+        return Review::Rejected("invalid bearer token, token audiences is invalid".into());
+    }
+    Review::Authenticated {
+        user,
+        audiences: vec![DEFAULT_AUDIENCE.to_string()],
+    }
+}
+
+/// Who the token of a ServiceAccount-token Secret speaks for, while the
+/// Secret holds it and its account still has the uid it recorded.
+fn secret_token_user(store: &Store, token: &str) -> Option<TokenUser> {
+    use crate::workloads::token_secrets::{
+        ACCOUNT_NAME_ANNOTATION, ACCOUNT_UID_ANNOTATION, TOKEN_SECRET_TYPE,
+    };
+    if token.is_empty() {
+        return None;
+    }
+    use base64::Engine;
+    let wanted = base64::engine::general_purpose::STANDARD.encode(token);
+    let rt = store.resolve("", "v1", "secrets")?;
+    let page = store
+        .list(&rt, None, &crate::store::ListOptions::default())
+        .ok()?;
+    page.items.iter().find_map(|object| {
+        let secret = object.value();
+        if secret.get("type").and_then(Value::as_str) != Some(TOKEN_SECRET_TYPE) {
+            return None;
+        }
+        let stored = secret.pointer("/data/token").and_then(Value::as_str)?;
+        if !crate::security::token_matches(stored, &wanted) {
+            return None;
+        }
+        let annotations = secret.pointer("/metadata/annotations")?;
+        let account = annotations.get(ACCOUNT_NAME_ANNOTATION)?.as_str()?;
+        let recorded_uid = annotations.get(ACCOUNT_UID_ANNOTATION)?.as_str()?;
+        let namespace = secret.pointer("/metadata/namespace")?.as_str()?;
+        (account_uid(store, namespace, account)? == recorded_uid).then(|| TokenUser {
+            username: format!("system:serviceaccount:{namespace}:{account}"),
+            uid: recorded_uid.to_string(),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+            ],
+        })
     })
 }
 
@@ -152,9 +218,7 @@ fn review(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let audiences = strings(spec.get("audiences"));
-    let status = match tokens.review(token, &audiences, jiff::Timestamp::now(), |ns, name| {
-        account_uid(store, ns, name)
-    }) {
+    let status = match review_token(store, tokens, token, &audiences) {
         Review::Authenticated { user, audiences } => {
             let mut groups = user.groups.clone();
             if !groups.iter().any(|g| g == "system:authenticated") {

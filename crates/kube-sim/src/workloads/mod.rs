@@ -10,6 +10,7 @@ mod job;
 pub(crate) mod namespace_defaults;
 pub(crate) mod plan;
 mod replicaset;
+pub(crate) mod token_secrets;
 
 use std::collections::HashMap;
 use std::sync::Arc;

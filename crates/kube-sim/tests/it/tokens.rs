@@ -243,3 +243,106 @@ async fn the_admin_token_reviews_as_the_user_kubectl_auth_whoami_names() {
     .unwrap();
     assert_eq!(answered["status"]["allowed"], false, "{answered}");
 }
+
+/// A ServiceAccount-token Secret is filled as kube-controller-manager fills
+/// it, and its token authenticates requests and reviews as the account
+/// while the Secret exists and the account keeps its uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_account_token_secret_is_filled_and_its_token_reviews_as_the_account() {
+    use k8s_openapi::api::core::v1::Secret;
+    let sim = KubeSim::builder()
+        .tls()
+        .require_token()
+        .authorization(kube_sim::Authorization::Rbac)
+        .start()
+        .await
+        .unwrap();
+    let client = sim.client();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "legacy"}})).unwrap();
+    let account = accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "legacy-token", "annotations": {"kubernetes.io/service-account.name": "legacy"}},
+        "type": "kubernetes.io/service-account-token"
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let filled = loop {
+        let secret = secrets.get("legacy-token").await.unwrap();
+        if secret
+            .data
+            .as_ref()
+            .is_some_and(|d| d.contains_key("token"))
+        {
+            break secret;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the token Secret is not filled"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let data = filled.data.clone().unwrap();
+    let token = String::from_utf8(data["token"].0.clone()).unwrap();
+    assert_eq!(data["namespace"].0, b"default");
+    assert_eq!(
+        String::from_utf8(data["ca.crt"].0.clone()).unwrap(),
+        sim.ca_pem().unwrap()
+    );
+    assert_eq!(
+        filled.metadata.annotations.unwrap()["kubernetes.io/service-account.uid"],
+        account.metadata.uid.clone().unwrap()
+    );
+
+    let answer = review(&client, &token).await;
+    assert_eq!(answer["authenticated"], json!(true), "{answer}");
+    assert_eq!(
+        answer["user"]["username"],
+        "system:serviceaccount:default:legacy"
+    );
+    assert_eq!(answer["user"]["uid"], json!(account.metadata.uid));
+    // The token also authenticates requests: with no RBAC grant it gets the
+    // real 403 naming the account, not a 401.
+    let as_account = sim.http_client_with_token(Some(&token)).unwrap();
+    let denied = Api::<Secret>::namespaced(as_account, "default")
+        .list(&Default::default())
+        .await;
+    let status = status_of(denied);
+    assert_eq!(status.code, 403, "{status:?}");
+    assert!(
+        status
+            .message
+            .contains("system:serviceaccount:default:legacy"),
+        "{}",
+        status.message
+    );
+    // Another audience than the API's is refused.
+    let reviews: Api<TokenReview> = Api::all(client.clone());
+    let other: TokenReview =
+        serde_json::from_value(json!({"spec": {"token": token, "audiences": ["vault"]}})).unwrap();
+    let answered = reviews
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    let answered = serde_json::to_value(answered.status).unwrap();
+    assert_eq!(
+        answered["error"],
+        "invalid bearer token, token audiences is invalid"
+    );
+    // The token dies with its Secret.
+    secrets
+        .delete("legacy-token", &DeleteParams::default())
+        .await
+        .unwrap();
+    let answer = review(&client, &token).await;
+    assert_eq!(answer["error"], "invalid bearer token", "{answer}");
+}
