@@ -65,7 +65,7 @@ cmd_run() {
     kubeconfig=$GPUFLEET_REAL_ADMIN_KUBECONFIG
   else
     local gpufleet="$root/target/debug/gpufleet"
-    [[ -x "$gpufleet" ]] || cargo build -q -p gpufleet
+    cargo build -q -p gpufleet
     kubeconfig="$out/kube-sim.kubeconfig"
     "$gpufleet" sim serve --port 0 --kubeconfig "$kubeconfig" >"$out/kube-sim.log" 2>&1 &
     sim_pid=$!

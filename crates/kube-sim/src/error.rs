@@ -297,6 +297,11 @@ impl ApiError {
         )
     }
 
+    /// 406: none of the client's Accept types can carry the answer.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
     /// 410 Gone, used for expired resourceVersions and continue tokens.
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)

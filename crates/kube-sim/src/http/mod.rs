@@ -55,6 +55,10 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(|| async { "ok" }))
         .route("/api", get(core_versions))
         .route("/apis", get(group_list))
+        // kube-apiserver answers the root documents with a trailing slash
+        // too (the e2e suite's discovery test asks for `/apis/`).
+        .route("/api/", get(core_versions))
+        .route("/apis/", get(group_list))
         // kubectl parity and fault injection (openapi.rs, faults.rs)
         .route("/openapi/v3", get(openapi::index))
         .route("/openapi/v3/{*group_version}", get(openapi::group_version))
@@ -185,6 +189,11 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let store = &state.store;
     if let Some(answer) = reviews::answer(store, method, uri.path(), headers, &body, caller) {
+        if table::accepts_only_table(headers) {
+            return Err(ApiError::not_acceptable(
+                "the server was unable to respond with a content type that the client supports (a review has no Table form)",
+            ));
+        }
         return answer;
     }
     if let Some(answer) = tokens::answer(store, &state.tokens, method, uri.path(), headers, &body) {

@@ -39,6 +39,20 @@ pub fn wants_table(headers: &HeaderMap) -> bool {
         })
 }
 
+/// Whether Table is all the client accepts: an object without metadata (a
+/// review) cannot be answered then, and kube-apiserver says 406.
+pub fn accepts_only_table(headers: &HeaderMap) -> bool {
+    let mut media = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .peekable();
+    media.peek().is_some() && media.all(|m| m.split(';').map(str::trim).any(|p| p == "as=Table"))
+}
+
 /// What each row carries besides its cells (`?includeObject=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IncludeObject {

@@ -582,3 +582,47 @@ async fn the_loopback_url_serves_the_same_api() {
         .unwrap();
     assert_eq!(version.major, "1");
 }
+
+#[tokio::test]
+async fn the_root_discovery_documents_are_served_with_a_trailing_slash_too() {
+    let sim = crate::support::sim().await;
+    for (path, kind) in [
+        ("/api", "APIVersions"),
+        ("/api/", "APIVersions"),
+        ("/apis", "APIGroupList"),
+        ("/apis/", "APIGroupList"),
+    ] {
+        let (code, body) =
+            crate::support::raw(&sim.client(), "GET", path, "application/json", b"").await;
+        assert_eq!(
+            (code, body["kind"].as_str()),
+            (200, Some(kind)),
+            "{path}: {body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_review_asked_for_as_a_table_only_is_not_acceptable() {
+    let sim = crate::support::sim().await;
+    let review = br#"{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{"nonResourceAttributes":{"path":"/","verb":"get"}}}"#;
+    let send = |accept: &'static str| {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .body(kube::client::Body::from(review.to_vec()))
+            .unwrap();
+        let client = sim.client();
+        async move { client.send(request).await.unwrap().status().as_u16() }
+    };
+    assert_eq!(
+        send("application/json;as=Table;v=v1;g=meta.k8s.io").await,
+        406
+    );
+    assert_eq!(
+        send("application/json;as=Table;v=v1;g=meta.k8s.io, application/json").await,
+        201
+    );
+}
