@@ -103,6 +103,16 @@ def main():
         for status, seconds, failure, text in pool.map(run_one, jobs):
             results.append((status, seconds, failure, text))
             print(f"{status} {seconds:6.1f}s {text}", flush=True)
+    # A listed spec that failed gets one more run on its own, so a spec
+    # that only lost a race with eleven others does not fail CI; the
+    # retry is reported as such.
+    for i, (status, seconds, failure, text) in enumerate(results):
+        if status == "fail" and text in must_pass:
+            index = names.index(text)
+            again = run_one((index, text, e2e, kubeconfig, out, limit))
+            print(f"retry {again[0]} {again[1]:6.1f}s {text}", flush=True)
+            if again[0] == "pass":
+                results[i] = again
     with open(os.path.join(out, "results.tsv"), "w") as tsv:
         for status, seconds, failure, text in results:
             tsv.write(f"{status}\t{seconds:.1f}\t{failure}\t{text}\n")
