@@ -14,14 +14,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Path, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use futures::{SinkExt, StreamExt};
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -35,7 +33,6 @@ pub const PORT_FORWARD_ANNOTATION: &str = "kube-sim.gpufleet.dev/port-forward";
 const PROTOCOL: &str = "portforward.k8s.io";
 /// The WebSocket subprotocol that tunnels it.
 const TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
-const PROTOCOL_HEADER: &str = "X-Stream-Protocol-Version";
 
 /// Where a pod's forwarded ports lead.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -177,41 +174,10 @@ fn prepare(store: &Store, namespace: &str, name: &str) -> Result<Targets, ApiErr
     Targets::parse(&format!("{namespace}/{name}"), annotation).map_err(ApiError::bad_request)
 }
 
-fn spdy(mut request: Request, targets: Targets, shutdown: CancellationToken) -> Response {
-    let offered: Vec<String> = request
-        .headers()
-        .get_all(PROTOCOL_HEADER)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|v| v.trim().to_string())
-        .collect();
-    if !offered.iter().any(|p| p == PROTOCOL) {
-        return ApiError::forbidden(format!(
-            "unable to upgrade: unable to negotiate protocol: client supports [{}], server accepts [{PROTOCOL}]",
-            offered.join(" ")
-        ))
-        .into_response();
-    }
-    let on_upgrade = hyper::upgrade::on(&mut request);
-    tokio::spawn(async move {
-        match on_upgrade.await {
-            Ok(upgraded) => {
-                super::spdy::portforward::serve(TokioIo::new(upgraded), targets, shutdown).await;
-            }
-            Err(e) => tracing::debug!(error = %e, "SPDY port-forward upgrade failed"),
-        }
-    });
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let headers = response.headers_mut();
-    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    headers.insert(
-        header::UPGRADE,
-        HeaderValue::from_static(super::spdy::UPGRADE),
-    );
-    headers.insert(PROTOCOL_HEADER, HeaderValue::from_static(PROTOCOL));
-    response
+fn spdy(request: Request, targets: Targets, shutdown: CancellationToken) -> Response {
+    super::spdy::negotiate_and_upgrade(request, PROTOCOL, move |io| {
+        super::spdy::portforward::serve(io, targets, shutdown)
+    })
 }
 
 /// SPDY inside WebSocket binary messages: the messages are pumped through

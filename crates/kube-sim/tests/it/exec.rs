@@ -595,13 +595,7 @@ async fn device_plugin_pods_on_simulated_nodes_answer_nvidia_smi_per_node() {
 /// A pod whose container runs `train.py --epochs 2`, marked Running (kubectl
 /// attach waits for that).
 async fn sim_with_trainer() -> KubeSim {
-    let sim = KubeSim::builder()
-        .kubelet(KubeletConfig::disabled())
-        .start()
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::default_namespaced(sim.http_client().unwrap());
-    let trainer: Pod = serde_json::from_value(json!({
+    sim_with_running_pod(json!({
         "metadata": {"name": "trainer", "labels": {"app": "train"}},
         "spec": {"containers": [
             {"name": "main", "image": "registry.example/train:1",
@@ -609,10 +603,23 @@ async fn sim_with_trainer() -> KubeSim {
             {"name": "sidecar", "image": "registry.example/idle:1"}
         ]}
     }))
-    .unwrap();
-    pods.create(&PostParams::default(), &trainer).await.unwrap();
+    .await
+}
+
+/// A kube-sim without its kubelet, holding `pod` marked Running (kubectl
+/// attach and port-forward wait for that).
+async fn sim_with_running_pod(pod: serde_json::Value) -> KubeSim {
+    let sim = KubeSim::builder()
+        .kubelet(KubeletConfig::disabled())
+        .start()
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(sim.http_client().unwrap());
+    let pod: Pod = serde_json::from_value(pod).unwrap();
+    let name = pod.metadata.name.clone().unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
     pods.patch_status(
-        "trainer",
+        &name,
         &kube::api::PatchParams::default(),
         &kube::api::Patch::Merge(json!({"status": {"phase": "Running"}})),
     )
@@ -759,27 +766,13 @@ fn kubectl_port_forward(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_port_forward_over_the_websocket_tunnel_and_spdy_reaches_the_annotated_port() {
     let echo = echo_server().await;
-    let sim = KubeSim::builder()
-        .kubelet(KubeletConfig::disabled())
-        .start()
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::default_namespaced(sim.http_client().unwrap());
-    let web: Pod = serde_json::from_value(json!({
+    let sim = sim_with_running_pod(json!({
         "metadata": {"name": "web", "annotations": {
             "kube-sim.gpufleet.dev/port-forward": format!("8080={echo}")
         }},
         "spec": {"nodeName": "node-a", "containers": [{"name": "web", "image": "registry.example/web:1"}]}
     }))
-    .unwrap();
-    pods.create(&PostParams::default(), &web).await.unwrap();
-    pods.patch_status(
-        "web",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"status": {"phase": "Running"}})),
-    )
-    .await
-    .unwrap();
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();

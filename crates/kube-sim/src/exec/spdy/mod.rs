@@ -37,11 +37,29 @@ const V4: &str = "v4.channel.k8s.io";
 
 /// Answers the upgrade and runs the exec on the upgraded connection.
 pub(super) fn upgrade(
-    mut request: Request,
+    request: Request,
     prepared: Prepared,
     handlers: ExecHandlers,
     shutdown: CancellationToken,
 ) -> Response {
+    negotiate_and_upgrade(request, V4, move |io| {
+        session::serve(io, prepared, handlers, shutdown)
+    })
+}
+
+/// The kubelet's handshake for one served stream protocol: with no offer
+/// in `X-Stream-Protocol-Version` a 400, with none that is `protocol` a 403
+/// naming both sides; else 101 `Upgrade: SPDY/3.1` naming `protocol`, and
+/// `session` runs on the upgraded connection.
+pub(super) fn negotiate_and_upgrade<F, Fut>(
+    mut request: Request,
+    protocol: &'static str,
+    session: F,
+) -> Response
+where
+    F: FnOnce(TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let offered: Vec<String> = request
         .headers()
         .get_all(PROTOCOL_HEADER)
@@ -55,24 +73,22 @@ pub(super) fn upgrade(
         return ApiError::bad_request(format!("unable to upgrade: {PROTOCOL_HEADER} is required"))
             .into_response();
     }
-    if !offered.iter().any(|p| p == V4) {
+    if !offered.iter().any(|p| p == protocol) {
         let mut response = ApiError::forbidden(format!(
-            "unable to upgrade: unable to negotiate protocol: client supports [{}], server accepts [{V4}]",
+            "unable to upgrade: unable to negotiate protocol: client supports [{}], server accepts [{protocol}]",
             offered.join(" ")
         ))
         .into_response();
         response
             .headers_mut()
-            .insert(ACCEPTED_HEADER, HeaderValue::from_static(V4));
+            .insert(ACCEPTED_HEADER, HeaderValue::from_static(protocol));
         return response;
     }
     let on_upgrade = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => {
-                session::serve(TokioIo::new(upgraded), prepared, handlers, shutdown).await;
-            }
-            Err(e) => tracing::debug!(error = %e, "SPDY exec upgrade failed"),
+            Ok(upgraded) => session(TokioIo::new(upgraded)).await,
+            Err(e) => tracing::debug!(error = %e, protocol, "SPDY upgrade failed"),
         }
     });
     let mut response = Response::new(Body::empty());
@@ -80,6 +96,6 @@ pub(super) fn upgrade(
     let headers = response.headers_mut();
     headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     headers.insert(header::UPGRADE, HeaderValue::from_static(UPGRADE));
-    headers.insert(PROTOCOL_HEADER, HeaderValue::from_static(V4));
+    headers.insert(PROTOCOL_HEADER, HeaderValue::from_static(protocol));
     response
 }
