@@ -97,6 +97,20 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, LaneErr
     kube::Client::try_from(config).map_err(|e| error(e.to_string()))
 }
 
+/// KWOK's `Exec` objects (`kwok.x-k8s.io/v1alpha1`) in `namespace`: on
+/// the real lane, an `Exec` named like a pod lets its commands run on this
+/// machine, which is how the real lane's tests exec into pods.
+pub fn kwok_execs(client: &kube::Client, namespace: &str) -> kube::Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource {
+        group: "kwok.x-k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "kwok.x-k8s.io/v1alpha1".into(),
+        kind: "Exec".into(),
+        plural: "execs".into(),
+    };
+    kube::Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

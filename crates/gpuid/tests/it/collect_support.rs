@@ -151,7 +151,7 @@ impl Fleet {
         )
         .await
         .unwrap();
-        kwok_execs(&self.client)
+        kube_sim::lane::kwok_execs(&self.client, NAMESPACE)
             .delete_collection(&DeleteParams::default(), &Default::default())
             .await
             .unwrap();
@@ -303,7 +303,7 @@ impl Fleet {
                 ]}}]}
             }))
             .unwrap();
-            kwok_execs(&self.client)
+            kube_sim::lane::kwok_execs(&self.client, NAMESPACE)
                 .create(&PostParams::default(), &exec)
                 .await
                 .unwrap();
@@ -319,7 +319,7 @@ impl Fleet {
 
     pub async fn delete_pod(&self, name: &str) {
         if self.exec_dir.is_some() {
-            kwok_execs(&self.client)
+            kube_sim::lane::kwok_execs(&self.client, NAMESPACE)
                 .delete(name, &DeleteParams::default())
                 .await
                 .unwrap();
@@ -359,16 +359,6 @@ impl Fleet {
 }
 
 /// KWOK's per-pod Exec objects in the device-plugin namespace.
-fn kwok_execs(client: &kube::Client) -> Api<kube::api::DynamicObject> {
-    let resource = kube::api::ApiResource {
-        group: "kwok.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "kwok.x-k8s.io/v1alpha1".into(),
-        kind: "Exec".into(),
-        plural: "execs".into(),
-    };
-    Api::namespaced_with(client.clone(), NAMESPACE, &resource)
-}
 
 pub fn settings(workers: usize) -> CollectorSettings {
     CollectorSettings {

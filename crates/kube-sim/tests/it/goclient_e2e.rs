@@ -115,17 +115,6 @@ struct ExecTarget {
     node: String,
 }
 
-fn kwok_execs(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
-    let resource = kube::api::ApiResource {
-        group: "kwok.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "kwok.x-k8s.io/v1alpha1".into(),
-        kind: "Exec".into(),
-        plural: "execs".into(),
-    };
-    Api::namespaced_with(client.clone(), namespace, &resource)
-}
-
 impl ExecTarget {
     async fn start(client: &kube::Client) -> Self {
         let run = std::time::SystemTime::now()
@@ -161,7 +150,7 @@ impl ExecTarget {
                 "spec": {"execs": [{"local": {"workDir": "/tmp"}}]}
             }))
             .unwrap();
-            kwok_execs(client, ns)
+            kube_sim::lane::kwok_execs(client, ns)
                 .create(&pp, &exec)
                 .await
                 .expect("KWOK Exec");
@@ -195,7 +184,7 @@ impl ExecTarget {
         let _ = Api::<Pod>::namespaced(self.client.clone(), &self.namespace)
             .delete(EXEC_POD, &dp)
             .await;
-        let _ = kwok_execs(&self.client, &self.namespace)
+        let _ = kube_sim::lane::kwok_execs(&self.client, &self.namespace)
             .delete(EXEC_POD, &dp)
             .await;
         let _ = Api::<Node>::all(self.client.clone())
