@@ -358,8 +358,6 @@ impl Fleet {
     }
 }
 
-/// KWOK's per-pod Exec objects in the device-plugin namespace.
-
 pub fn settings(workers: usize) -> CollectorSettings {
     CollectorSettings {
         cluster: "test-cluster".into(),
