@@ -143,7 +143,9 @@ async fn the_inventory_event_of_a_node_is_where_kubectl_looks_for_it() {
             "-n",
             "default",
             "--field-selector",
-            &format!("involvedObject.uid={node_uid}"),
+            // kube-controller-manager's RegisteredNode event names the
+            // same Node on the real lane.
+            &format!("involvedObject.uid={node_uid},reason=GpuInventoryChanged"),
             "-o",
             "json",
         ],
