@@ -366,7 +366,11 @@ async fn kubelet() {
 /// heap); medians. `BENCH_ONLY=json|protobuf` runs one encoding alone, for
 /// `perf record`.
 async fn protobuf_writes() {
-    const COUNT: usize = 10_000;
+    // BENCH_count shrinks the run for instruction counting under callgrind.
+    let count: usize = std::env::var("BENCH_count")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(10_000);
     let payload = "x".repeat(1000);
     let pod = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "bench"}},
@@ -404,7 +408,7 @@ async fn protobuf_writes() {
                 {
                     continue;
                 }
-                let bodies: Vec<Vec<u8>> = (0..COUNT)
+                let bodies: Vec<Vec<u8>> = (0..count)
                     .map(|i| {
                         let object = make(&format!("o-{round}-{i:06}"));
                         if protobuf {
@@ -437,7 +441,7 @@ async fn protobuf_writes() {
                     assert_eq!(response.status().as_u16(), 201);
                     let _ = http_body_util::BodyExt::collect(response.into_body()).await;
                 }
-                rates[slot].push(COUNT as f64 / started.elapsed().as_secs_f64());
+                rates[slot].push(count as f64 / started.elapsed().as_secs_f64());
                 sim.shutdown().await;
             }
         }
@@ -452,7 +456,7 @@ async fn protobuf_writes() {
                 .join("/")
         };
         println!(
-            "| writes-protobuf: {COUNT} creates of a {label}, in-process, one writer, bodies and answers in each encoding | JSON {json_rate:.0}/s, protobuf {pb_rate:.0}/s (median of 5; sorted runs JSON {}, protobuf {}) | protobuf not slower than JSON | protobuf/JSON = {:.2} |",
+            "| writes-protobuf: {count} creates of a {label}, in-process, one writer, bodies and answers in each encoding | JSON {json_rate:.0}/s, protobuf {pb_rate:.0}/s (median of 5; sorted runs JSON {}, protobuf {}) | protobuf not slower than JSON | protobuf/JSON = {:.2} |",
             runs(&rates[0]),
             runs(&rates[1]),
             pb_rate / json_rate

@@ -100,7 +100,9 @@ fn sim_serve_writes_an_owner_only_kubeconfig_with_a_token_and_ca_and_refuses_req
     let (code, body) = curl(&sim, &[], "/api/v1/namespaces");
     assert_eq!(code, 401);
     assert!(same_json(&body, UNAUTHORIZED), "{body}");
-    let wrong = format!("Authorization: Bearer {}0", &token[..63]);
+    // The token with its last hex digit changed (never to itself).
+    let last = if token.ends_with('0') { '1' } else { '0' };
+    let wrong = format!("Authorization: Bearer {}{last}", &token[..63]);
     let (code, body) = curl(&sim, &["-H", &wrong], "/api/v1/namespaces");
     assert_eq!(code, 401);
     assert!(same_json(&body, UNAUTHORIZED), "{body}");

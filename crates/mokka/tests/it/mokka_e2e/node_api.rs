@@ -106,9 +106,12 @@ async fn the_node_itself_and_an_allowed_service_account_read_the_assignment_and_
     assert_eq!(forged.status, StatusCode::UNAUTHORIZED);
 
     let node = cluster.node_token.clone();
-    let own = eventually("the Node's own answer", || async {
+    // The replica answers from its caches, which may trail the bound rack
+    // by a moment: wait for the answer that shows the binding.
+    let own = eventually("the Node's own answer with its assignment", || async {
         let answer = get(&router, &uri, Some(&node), None).await;
-        (answer.status == StatusCode::OK).then_some(answer)
+        let assigned = answer.body["assignments"].as_array().map_or(0, Vec::len);
+        (answer.status == StatusCode::OK && assigned == 1).then_some(answer)
     })
     .await;
     let view: NodeAssignments = serde_json::from_value(own.body.clone()).unwrap();
