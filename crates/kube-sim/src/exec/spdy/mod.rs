@@ -25,6 +25,33 @@ use super::ExecHandlers;
 use super::endpoint::Prepared;
 use crate::error::ApiError;
 
+/// Why reading the next frame failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReadError {
+    #[error(transparent)]
+    Protocol(#[from] frame::SpdyError),
+    #[error("connection: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The next whole frame from `reader`, `None` when the peer hung up.
+/// Cancel-safe: bytes read stay in `buf` for the next call.
+pub(super) async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    codec: &mut frame::Codec,
+    buf: &mut bytes::BytesMut,
+) -> Result<Option<frame::Frame>, ReadError> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(frame) = codec.decode(buf)? {
+            return Ok(Some(frame));
+        }
+        if reader.read_buf(buf).await? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
 /// The `Upgrade` token of the handshake.
 pub(super) const UPGRADE: &str = "SPDY/3.1";
 /// The stream-protocol negotiation headers (client offers, server picks).

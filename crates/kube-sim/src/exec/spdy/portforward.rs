@@ -24,7 +24,6 @@ struct Request {
     port: u16,
     error: Option<u32>,
     data: Option<u32>,
-    started: bool,
 }
 
 /// Serves one port-forward connection until the client hangs up.
@@ -54,7 +53,7 @@ where
     let connection = CancellationToken::new();
     loop {
         let frame = tokio::select! {
-            frame = read_frame(&mut reader, &mut codec, &mut buf) => frame,
+            frame = super::read_frame(&mut reader, &mut codec, &mut buf) => frame,
             _ = shutdown.cancelled() => break,
         };
         let frame = match frame {
@@ -94,24 +93,18 @@ where
                     }
                     _ => continue,
                 }
-                if let Request {
-                    port,
-                    error: Some(error),
-                    data: Some(data),
-                    started: started @ false,
-                } = request
+                // The parked receiver is taken once: one forward per pair.
+                if let (Some(error), Some(data)) = (request.error, request.data)
+                    && let Some(from_client) = parked.remove(&data)
                 {
-                    *started = true;
-                    if let Some(from_client) = parked.remove(data) {
-                        tokio::spawn(forward(
-                            targets.address(*port),
-                            *port,
-                            (*error, *data),
-                            out_tx.clone(),
-                            from_client,
-                            connection.child_token(),
-                        ));
-                    }
+                    tokio::spawn(forward(
+                        targets.address(request.port),
+                        request.port,
+                        (error, data),
+                        out_tx.clone(),
+                        from_client,
+                        connection.child_token(),
+                    ));
                 }
             }
             Frame::Data {
@@ -141,21 +134,6 @@ where
     connection.cancel();
     drop(out_tx);
     let _ = writing.await;
-}
-
-async fn read_frame<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    codec: &mut Codec,
-    buf: &mut BytesMut,
-) -> Result<Option<Frame>, Box<dyn std::error::Error + Send + Sync>> {
-    loop {
-        if let Some(frame) = codec.decode(buf)? {
-            return Ok(Some(frame));
-        }
-        if reader.read_buf(buf).await? == 0 {
-            return Ok(None);
-        }
-    }
 }
 
 /// One forwarded connection: dial, copy both ways, then close both streams.

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio_util::sync::CancellationToken;
 
-use super::frame::{self, Codec, Frame, SpdyError};
+use super::frame::{self, Codec, Frame};
 use crate::exec::ExecHandlers;
 use crate::exec::endpoint::{self, Prepared};
 use crate::exec::protocol::{self, ExecParams};
@@ -23,7 +23,7 @@ const LINGER: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 enum End {
     #[error(transparent)]
-    Protocol(#[from] SpdyError),
+    Read(#[from] super::ReadError),
     #[error("connection: {0}")]
     Io(#[from] std::io::Error),
     #[error("the client did not open its streams within {0:?}")]
@@ -89,14 +89,7 @@ impl<IO: AsyncRead + AsyncWrite> Connection<IO> {
     /// The next frame, `None` when the client hung up. Cancel-safe: bytes
     /// read stay in the buffer.
     async fn read_frame(&mut self) -> Result<Option<Frame>, End> {
-        loop {
-            if let Some(frame) = self.codec.decode(&mut self.buf)? {
-                return Ok(Some(frame));
-            }
-            if self.reader.read_buf(&mut self.buf).await? == 0 {
-                return Ok(None);
-            }
-        }
+        Ok(super::read_frame(&mut self.reader, &mut self.codec, &mut self.buf).await?)
     }
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), End> {
