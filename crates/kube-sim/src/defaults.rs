@@ -2,8 +2,17 @@
 //! in on every write, which controllers read and field selectors match on
 //! (`spec.restartPolicy=Always` finds a pod that never named one).
 //!
-//! Only what the differential corpus compares and controllers rely on; the
-//! ServiceAccount admission plugin's token volume is not added.
+//! Two stages, as on the real server. [`apply`] is the defaulting done when
+//! a body is decoded, before the field manager records the write, so the
+//! writer owns what it fills in. [`admit`] is what admission plugins and
+//! the create strategy add afterwards (a Pod's priority and ServiceAccount,
+//! a Service's IP families, a Pod's QoS class), which nobody owns.
+//! Each default is checked against kube-apiserver v1.37.2 by the
+//! differential scenarios in `differential/defaults.yaml`.
+//!
+//! Not done: the ServiceAccount admission plugin's token volume, and the
+//! `node.kubernetes.io/not-ready` taint a new Node gets (kube-sim's nodes
+//! are ready from the start; docs/kube-sim.md).
 
 use serde_json::{Map, Value, json};
 
@@ -17,18 +26,25 @@ fn object<'a>(value: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Val
     value.get_mut(key).and_then(Value::as_object_mut)
 }
 
-/// Fills in the defaults of `kind` (in `group`) in place.
+/// The objects of the array at `key` of `map`, if there is one.
+fn items_mut<'a>(
+    map: &'a mut Map<String, Value>,
+    key: &str,
+) -> impl Iterator<Item = &'a mut Map<String, Value>> {
+    map.get_mut(key)
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+}
+
+/// Fills in the decode-time defaults of `kind` (in `group`) in place.
 pub fn apply(group: &str, kind: &str, value: &mut Value) {
     match (group, kind) {
         ("", "Pod") => {
             if let Some(spec) = object(value, "spec") {
                 pod_spec(spec);
-                // Admission's part for Pods themselves (not templates): the
-                // priority and the ServiceAccount, without its token volume.
-                set_missing(spec, "priority", json!(0));
-                set_missing(spec, "serviceAccountName", json!("default"));
-                let account = spec.get("serviceAccountName").cloned().unwrap_or_default();
-                set_missing(spec, "serviceAccount", account);
+                pod_only(spec);
             }
         }
         ("", "Service") => {
@@ -42,10 +58,58 @@ pub fn apply(group: &str, kind: &str, value: &mut Value) {
             }
         }
         ("", "Namespace") => {
+            // Every namespace carries its own name as a label, so selectors
+            // (NetworkPolicy's, admission webhooks') can name it.
+            let name = value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if let (Some(name), Some(meta)) = (name, object(value, "metadata")) {
+                let labels = meta.entry("labels").or_insert_with(|| json!({}));
+                if let Some(labels) = labels.as_object_mut() {
+                    labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+            }
+        }
+        ("scheduling.k8s.io", "PriorityClass") => {
             if let Some(map) = value.as_object_mut() {
-                let spec = map.entry("spec").or_insert_with(|| json!({}));
-                if let Some(spec) = spec.as_object_mut() {
-                    set_missing(spec, "finalizers", json!(["kubernetes"]));
+                set_missing(map, "preemptionPolicy", json!("PreemptLowerPriority"));
+            }
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            if let Some(spec) = object(value, "spec") {
+                set_missing(spec, "failurePolicy", json!("Fail"));
+                if let Some(constraints) = spec
+                    .get_mut("matchConstraints")
+                    .and_then(Value::as_object_mut)
+                {
+                    match_resources(constraints);
+                }
+            }
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            if let Some(resources) = object(value, "spec")
+                .and_then(|spec| spec.get_mut("matchResources"))
+                .and_then(Value::as_object_mut)
+            {
+                match_resources(resources);
+            }
+        }
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => custom_resource_definition(value),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            if let Some(map) = value.as_object_mut() {
+                for subject in items_mut(map, "subjects") {
+                    let group = match subject.get("kind").and_then(Value::as_str) {
+                        Some("User" | "Group") => "rbac.authorization.k8s.io",
+                        _ => continue,
+                    };
+                    if subject
+                        .get("apiGroup")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                    {
+                        subject.insert("apiGroup".into(), json!(group));
+                    }
                 }
             }
         }
@@ -70,7 +134,12 @@ pub fn apply(group: &str, kind: &str, value: &mut Value) {
                 set_missing(
                     spec,
                     "updateStrategy",
-                    json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": 1}}),
+                );
+                set_missing(
+                    spec,
+                    "persistentVolumeClaimRetentionPolicy",
+                    json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
                 );
                 template_spec(spec);
             }
@@ -85,6 +154,21 @@ pub fn apply(group: &str, kind: &str, value: &mut Value) {
                 );
                 template_spec(spec);
             }
+            // The apps/v1 form of the template generation, which kubectl's
+            // rollout history reads; a new DaemonSet is at generation 1.
+            let first_generation = value
+                .pointer("/metadata/generation")
+                .is_none_or(|g| g == &json!(1));
+            if first_generation && let Some(meta) = object(value, "metadata") {
+                let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+                if let Some(annotations) = annotations.as_object_mut() {
+                    set_missing(
+                        annotations,
+                        "deprecated.daemonset.template.generation",
+                        json!("1"),
+                    );
+                }
+            }
         }
         ("apps", "ReplicaSet") => {
             if let Some(spec) = object(value, "spec") {
@@ -97,8 +181,196 @@ pub fn apply(group: &str, kind: &str, value: &mut Value) {
     }
 }
 
-/// The Job strategy's selector generation and the batch/v1 defaults.
-fn job(value: &mut Value) {
+/// What admission and the create strategy add to a new object after the
+/// field manager has recorded the write: nobody owns these fields.
+pub fn admit(group: &str, kind: &str, value: &mut Value) {
+    match (group, kind) {
+        ("", "Pod") => {
+            if let Some(spec) = object(value, "spec") {
+                // Priority admission, and the ServiceAccount plugin
+                // (without its token volume).
+                set_missing(spec, "priority", json!(0));
+                set_missing(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+                set_missing(spec, "serviceAccountName", json!("default"));
+                let account = spec.get("serviceAccountName").cloned().unwrap_or_default();
+                set_missing(spec, "serviceAccount", account);
+                default_toleration_seconds(spec);
+            }
+            let qos = value.get("spec").map(qos_class);
+            if let (Some(qos), Some(map)) = (qos, value.as_object_mut()) {
+                let status = map.entry("status").or_insert_with(|| json!({}));
+                if let Some(status) = status.as_object_mut() {
+                    set_missing(status, "qosClass", json!(qos));
+                }
+            }
+        }
+        ("batch", "Job") => job_selector(value),
+        ("", "Namespace") => {
+            // The namespace strategy's finalizer, which namespace deletion
+            // waits on.
+            if let Some(map) = value.as_object_mut() {
+                let spec = map.entry("spec").or_insert_with(|| json!({}));
+                if let Some(spec) = spec.as_object_mut() {
+                    set_missing(spec, "finalizers", json!(["kubernetes"]));
+                }
+            }
+        }
+        ("", "Service") => {
+            if let Some(spec) = object(value, "spec") {
+                // The IP families the allocator chose (single-stack IPv4).
+                if spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
+                    set_missing(spec, "ipFamilyPolicy", json!("SingleStack"));
+                    set_missing(spec, "ipFamilies", json!(["IPv4"]));
+                }
+                if spec.get("clusterIP").and_then(Value::as_str) == Some("None") {
+                    set_missing(spec, "clusterIPs", json!(["None"]));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The DefaultTolerationSeconds admission plugin: five minutes on a node
+/// that is not ready or unreachable before eviction, unless the pod says.
+fn default_toleration_seconds(spec: &mut Map<String, Value>) {
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = tolerations.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let covered = list.iter().any(|t| {
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            let exists_all = t.get("operator").and_then(Value::as_str) == Some("Exists")
+                && t.get("key")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty);
+            (t.get("key").and_then(Value::as_str) == Some(key) || exists_all)
+                && (effect.is_empty() || effect == "NoExecute")
+        });
+        if !covered {
+            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+        }
+    }
+}
+
+/// The QoS class the pod strategy records: Guaranteed when every container
+/// limits CPU and memory with equal requests, BestEffort when none asks
+/// for anything, else Burstable.
+fn qos_class(spec: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|key| spec.get(*key).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let mut any = false;
+    let mut guaranteed = true;
+    for container in &containers {
+        let resources = container.get("resources");
+        let requests = resources
+            .and_then(|r| r.get("requests"))
+            .and_then(Value::as_object);
+        let limits = resources
+            .and_then(|r| r.get("limits"))
+            .and_then(Value::as_object);
+        let relevant = |map: Option<&Map<String, Value>>| {
+            map.map(|m| m.keys().filter(|k| *k == "cpu" || *k == "memory").count())
+                .unwrap_or(0)
+        };
+        if relevant(requests) + relevant(limits) > 0 {
+            any = true;
+        }
+        for resource in ["cpu", "memory"] {
+            let limit = limits.and_then(|l| l.get(resource));
+            let request = requests.and_then(|r| r.get(resource)).or(limit);
+            if limit.is_none() || request != limit {
+                guaranteed = false;
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// admissionregistration's MatchResources defaults.
+fn match_resources(resources: &mut Map<String, Value>) {
+    set_missing(resources, "matchPolicy", json!("Equivalent"));
+    set_missing(resources, "namespaceSelector", json!({}));
+    set_missing(resources, "objectSelector", json!({}));
+    for key in ["resourceRules", "excludeResourceRules"] {
+        for rule in items_mut(resources, key) {
+            set_missing(rule, "scope", json!("*"));
+        }
+    }
+}
+
+/// apiextensions/v1: no conversion webhook, and the names a definition
+/// leaves out derived from its kind.
+fn custom_resource_definition(value: &mut Value) {
+    let Some(spec) = object(value, "spec") else {
+        return;
+    };
+    set_missing(spec, "conversion", json!({"strategy": "None"}));
+    for version in items_mut(spec, "versions") {
+        if let Some(schema) = version
+            .get_mut("schema")
+            .and_then(|s| s.get_mut("openAPIV3Schema"))
+        {
+            whole_bounds(schema);
+        }
+    }
+    if let Some(names) = spec.get_mut("names").and_then(Value::as_object_mut) {
+        let kind = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if !kind.is_empty() {
+            set_missing(names, "singular", json!(kind.to_lowercase()));
+            set_missing(names, "listKind", json!(format!("{kind}List")));
+        }
+    }
+}
+
+/// Go writes a float64 with a whole value without a fraction (`10`, not
+/// `10.0`); the typed round trip made the schema's bounds floats.
+fn whole_bounds(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                let bound = matches!(key.as_str(), "maximum" | "minimum" | "multipleOf");
+                match value.as_f64() {
+                    Some(number)
+                        if bound
+                            && value.is_f64()
+                            && number.fract() == 0.0
+                            && number.abs() < 9.0e15 =>
+                    {
+                        *value = json!(number as i64);
+                    }
+                    _ => whole_bounds(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_bounds),
+        _ => {}
+    }
+}
+
+/// The Job create strategy's selector generation: unless the user asks to
+/// choose it (manualSelector), the server picks a selector on the Job's
+/// uid and labels the template to match, once, at create (the selector is
+/// immutable afterwards). A Job without labels of its own takes the
+/// template's.
+fn job_selector(value: &mut Value) {
     let uid = value
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
@@ -112,10 +384,6 @@ fn job(value: &mut Value) {
     let Some(spec) = object(value, "spec") else {
         return;
     };
-    // Unless the user asks to choose it (manualSelector), the server picks a
-    // selector on the Job's uid and labels the template to match, once, when
-    // the Job is created (it is immutable afterwards, so an update that
-    // already carries it is left alone).
     let manual = spec.get("manualSelector").and_then(Value::as_bool) == Some(true);
     if !manual && spec.get("selector").is_none_or(Value::is_null) && !uid.is_empty() {
         spec.insert(
@@ -138,6 +406,22 @@ fn job(value: &mut Value) {
             }
         }
     }
+    let template_labels = value.pointer("/spec/template/metadata/labels").cloned();
+    if let (Some(labels), Some(meta)) = (template_labels, object(value, "metadata"))
+        && meta
+            .get("labels")
+            .and_then(Value::as_object)
+            .is_none_or(Map::is_empty)
+    {
+        meta.insert("labels".into(), labels);
+    }
+}
+
+/// The batch/v1 defaults of a Job.
+fn job(value: &mut Value) {
+    let Some(spec) = object(value, "spec") else {
+        return;
+    };
     if spec.get("completions").is_none_or(Value::is_null)
         && spec.get("parallelism").is_none_or(Value::is_null)
     {
@@ -168,14 +452,103 @@ fn pod_spec(spec: &mut Map<String, Value>) {
     set_missing(spec, "schedulerName", json!("default-scheduler"));
     set_missing(spec, "terminationGracePeriodSeconds", json!(30));
     set_missing(spec, "securityContext", json!({}));
-    set_missing(spec, "enableServiceLinks", json!(true));
-
     for key in ["containers", "initContainers"] {
-        if let Some(containers) = spec.get_mut(key).and_then(Value::as_array_mut) {
-            for container in containers.iter_mut().filter_map(Value::as_object_mut) {
-                container_defaults(container);
+        for container in items_mut(spec, key) {
+            container_defaults(container);
+        }
+    }
+    for volume in items_mut(spec, "volumes") {
+        volume_defaults(volume);
+    }
+}
+
+/// Defaults the real server gives a Pod but not a pod template
+/// (`SetDefaults_Pod`, not `SetDefaults_PodSpec`).
+fn pod_only(spec: &mut Map<String, Value>) {
+    set_missing(spec, "enableServiceLinks", json!(true));
+    let host_network = spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
+    for key in ["containers", "initContainers"] {
+        for container in items_mut(spec, key) {
+            // Requests not given are the limits.
+            if let Some(resources) = container
+                .get_mut("resources")
+                .and_then(Value::as_object_mut)
+                && let Some(limits) = resources.get("limits").and_then(Value::as_object).cloned()
+            {
+                let requests = resources.entry("requests").or_insert_with(|| json!({}));
+                if let Some(requests) = requests.as_object_mut() {
+                    for (name, quantity) in limits {
+                        requests.entry(name).or_insert(quantity);
+                    }
+                }
+            }
+            if host_network {
+                for port in items_mut(container, "ports") {
+                    if port
+                        .get("hostPort")
+                        .and_then(Value::as_i64)
+                        .is_none_or(|p| p == 0)
+                        && let Some(number) = port.get("containerPort").cloned()
+                    {
+                        port.insert("hostPort".into(), number);
+                    }
+                }
             }
         }
+    }
+}
+
+/// Probe timing, and the HTTP defaults of a probe or lifecycle handler.
+fn probe_defaults(probe: &mut Map<String, Value>) {
+    set_missing(probe, "timeoutSeconds", json!(1));
+    set_missing(probe, "periodSeconds", json!(10));
+    set_missing(probe, "successThreshold", json!(1));
+    set_missing(probe, "failureThreshold", json!(3));
+    handler_defaults(probe);
+}
+
+fn handler_defaults(handler: &mut Map<String, Value>) {
+    if let Some(get) = handler.get_mut("httpGet").and_then(Value::as_object_mut) {
+        set_missing(get, "path", json!("/"));
+        set_missing(get, "scheme", json!("HTTP"));
+    }
+}
+
+/// A downward-API field reference names `v1` unless it says otherwise.
+fn field_ref_defaults(holder: &mut Map<String, Value>) {
+    if let Some(field_ref) = holder.get_mut("fieldRef").and_then(Value::as_object_mut) {
+        set_missing(field_ref, "apiVersion", json!("v1"));
+    }
+}
+
+/// The file mode of projected files (0644) and the other volume defaults.
+fn volume_defaults(volume: &mut Map<String, Value>) {
+    for source in ["configMap", "secret", "downwardAPI", "projected"] {
+        if let Some(source) = volume.get_mut(source).and_then(Value::as_object_mut) {
+            set_missing(source, "defaultMode", json!(420));
+            for item in items_mut(source, "items") {
+                field_ref_defaults(item);
+            }
+            for projection in items_mut(source, "sources") {
+                if let Some(down) = projection
+                    .get_mut("downwardAPI")
+                    .and_then(Value::as_object_mut)
+                {
+                    for item in items_mut(down, "items") {
+                        field_ref_defaults(item);
+                    }
+                }
+                if let Some(token) = projection
+                    .get_mut("serviceAccountToken")
+                    .and_then(Value::as_object_mut)
+                {
+                    set_missing(token, "expirationSeconds", json!(3600));
+                }
+            }
+        }
+    }
+    if let Some(host_path) = volume.get_mut("hostPath").and_then(Value::as_object_mut) {
+        set_missing(host_path, "type", json!(""));
     }
 }
 
@@ -206,9 +579,27 @@ fn container_defaults(container: &mut Map<String, Value>) {
     );
     set_missing(container, "terminationMessagePolicy", json!("File"));
     set_missing(container, "resources", json!({}));
-    if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
-        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
-            set_missing(port, "protocol", json!("TCP"));
+    for port in items_mut(container, "ports") {
+        set_missing(port, "protocol", json!("TCP"));
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(probe) = container.get_mut(probe).and_then(Value::as_object_mut) {
+            probe_defaults(probe);
+        }
+    }
+    if let Some(lifecycle) = container
+        .get_mut("lifecycle")
+        .and_then(Value::as_object_mut)
+    {
+        for hook in ["postStart", "preStop"] {
+            if let Some(hook) = lifecycle.get_mut(hook).and_then(Value::as_object_mut) {
+                handler_defaults(hook);
+            }
+        }
+    }
+    for env in items_mut(container, "env") {
+        if let Some(from) = env.get_mut("valueFrom").and_then(Value::as_object_mut) {
+            field_ref_defaults(from);
         }
     }
 }
@@ -216,11 +607,26 @@ fn container_defaults(container: &mut Map<String, Value>) {
 fn service_spec(spec: &mut Map<String, Value>) {
     set_missing(spec, "type", json!("ClusterIP"));
     set_missing(spec, "sessionAffinity", json!("None"));
-    set_missing(spec, "ipFamilyPolicy", json!("SingleStack"));
-    set_missing(spec, "ipFamilies", json!(["IPv4"]));
-    set_missing(spec, "internalTrafficPolicy", json!("Cluster"));
-    if spec.get("clusterIP").and_then(Value::as_str) == Some("None") {
-        set_missing(spec, "clusterIPs", json!(["None"]));
+    let kind = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if kind != "ExternalName" {
+        set_missing(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if kind == "NodePort" || kind == "LoadBalancer" {
+        set_missing(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if kind == "LoadBalancer" {
+        set_missing(spec, "allocateLoadBalancerNodePorts", json!(true));
+    }
+    if spec.get("sessionAffinity").and_then(Value::as_str) == Some("ClientIP") {
+        set_missing(
+            spec,
+            "sessionAffinityConfig",
+            json!({"clientIP": {"timeoutSeconds": 10800}}),
+        );
     }
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for port in ports.iter_mut().filter_map(Value::as_object_mut) {
@@ -251,6 +657,7 @@ mod tests {
             "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "perl"}], "restartPolicy": "Never"}}},
         });
         apply("batch", "Job", &mut job);
+        admit("batch", "Job", &mut job);
         assert_eq!(
             job["spec"]["selector"],
             json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
@@ -278,6 +685,7 @@ mod tests {
                      "template": {"metadata": {"labels": {"a": "b"}}}},
         });
         apply("batch", "Job", &mut job);
+        admit("batch", "Job", &mut job);
         assert!(job["spec"].get("completions").is_none());
         assert_eq!(job["spec"]["selector"], json!({"matchLabels": {"a": "b"}}));
         assert_eq!(

@@ -23,6 +23,7 @@ pub mod differential;
 mod error;
 mod event_view;
 pub mod field_validation;
+mod go_shape;
 // exec + kubelet: simulated pods/exec and KWOK-like kubelet/scheduler
 pub mod exec;
 mod http;

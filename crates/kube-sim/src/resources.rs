@@ -100,14 +100,21 @@ const EVENTS_V1_STORED_AS: StoredAs = StoredAs {
 
 impl ResourceType {
     /// Whether the real server keeps `metadata.generation` for this kind:
-    /// its registry strategies set it for custom resources, CRDs, Pods and
-    /// the apps/batch workloads, and leave it out of kinds without a spec
+    /// its registry strategies set it for custom resources, CRDs, Pods,
+    /// the apps/batch workloads, admission policies and PriorityClasses,
+    /// and leave it out of kinds without a spec
     /// (ConfigMaps, Secrets, Leases, …) and of Services, Nodes, Namespaces.
     pub fn tracks_generation(&self) -> bool {
         self.custom
             || matches!(
                 self.group.as_str(),
-                "apps" | "batch" | "apiextensions.k8s.io" | "networking.k8s.io" | "policy"
+                "apps"
+                    | "batch"
+                    | "apiextensions.k8s.io"
+                    | "networking.k8s.io"
+                    | "policy"
+                    | "admissionregistration.k8s.io"
+                    | "scheduling.k8s.io"
             )
             || (self.group.is_empty()
                 && matches!(self.kind.as_str(), "Pod" | "ReplicationController"))

@@ -553,6 +553,15 @@ fn compare_at(
         // first is much cheaper than naming every child (a status write
         // leaves the whole spec untouched).
         (Some(old), Some(new)) if old == new => {}
+        // A nil list or map that Go writes as null (a field without
+        // omitempty in the zero value) existed already: only what is
+        // inside it is new or gone, as structured-merge-diff compares.
+        (Some(Value::Null), Some(new)) if !matches!(shape(new, node), Shape::Leaf) => {
+            insert_all_below(new, node, path, &mut out.added);
+        }
+        (Some(old), Some(Value::Null)) if !matches!(shape(old, node), Shape::Leaf) => {
+            insert_all_below(old, node, path, &mut out.removed);
+        }
         (Some(old), Some(new)) => {
             let (old_shape, new_shape) = (shape(old, node), shape(new, node));
             if !same_kind(&old_shape, &new_shape) {

@@ -97,6 +97,9 @@ pub struct ListTypes {
     root: SchemaNode,
     strategic_merge: bool,
     builtin: bool,
+    /// A built-in kind's zero-valued Go struct, as JSON: what the real
+    /// server compares a create against (see `crate::go_shape`).
+    create_baseline: Option<std::sync::Arc<Value>>,
 }
 
 impl ListTypes {
@@ -117,6 +120,11 @@ impl ListTypes {
     /// server, whose `spec` and `status` exist even when empty).
     pub fn is_builtin(&self) -> bool {
         self.builtin
+    }
+
+    /// The zero value a create of this built-in kind is compared against.
+    pub fn create_baseline(&self) -> Option<&Value> {
+        self.create_baseline.as_deref()
     }
 
     /// Whether the kind accepts `application/strategic-merge-patch+json`.
@@ -216,6 +224,7 @@ impl ListTypes {
             root: node_from_openapi(open_api_v3_schema),
             strategic_merge: false,
             builtin: false,
+            create_baseline: None,
         };
         types.add_object_meta();
         types
@@ -266,7 +275,9 @@ impl ListTypes {
             ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
                 t.keyed("status.conditions", &["type"], Some("type"));
             }
-            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {}
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+                t.set_list("spec.validationActions", ListType::Set);
+            }
             ("events.k8s.io", "Event") => t.node_mut("regarding").atomic_map = true,
             ("", "ConfigMap" | "Secret" | "Endpoints" | "LimitRange")
             | ("", "ResourceQuota" | "PersistentVolume")
@@ -289,6 +300,10 @@ impl ListTypes {
             }
             ("batch", "CronJob") => t.add_pod_spec("spec.jobTemplate.spec.template.spec"),
             _ => return None,
+        }
+        if let Some(message) = crate::go_shape::message_of(api_version, kind) {
+            t.mark_atomic_structs(message);
+            t.create_baseline = Some(std::sync::Arc::new(crate::go_shape::zero_value(message)));
         }
         Some(t)
     }
@@ -337,11 +352,94 @@ impl ListTypes {
             .atomic_map = true;
     }
 
+    /// Marks every struct Kubernetes declares atomic (`+structType=atomic`,
+    /// `x-kubernetes-map-type: atomic` in its OpenAPI) wherever the kind's
+    /// Go type holds one: a writer owns such a struct whole, as one field.
+    fn mark_atomic_structs(&mut self, message: usize) {
+        let mut paths = Vec::new();
+        let mut stack = vec![message];
+        atomic_struct_paths(message, "", &mut stack, &mut paths);
+        for path in paths {
+            self.node_mut(&path).atomic_map = true;
+        }
+    }
+
     fn add_pod_status(&mut self) {
         self.keyed("status.conditions", &["type"], Some("type"));
         self.keyed("status.podIPs", &["ip"], Some("ip"));
         self.smp_key_only("status.hostIPs", "ip");
         self.keyed("status.resourceClaimStatuses", &["name"], Some("name"));
+    }
+}
+
+/// The atomic structs of the served built-in groups, by protobuf message
+/// name (read from kube-apiserver v1.37.2's OpenAPI v3 documents).
+const ATOMIC_STRUCTS: &[&str] = &[
+    "api.admissionregistration.v1.MatchResources",
+    "api.admissionregistration.v1.NamedRuleWithOperations",
+    "api.admissionregistration.v1.ParamKind",
+    "api.admissionregistration.v1.ParamRef",
+    "api.admissionregistration.v1.Variable",
+    "api.core.v1.ConfigMapKeySelector",
+    "api.core.v1.EndpointAddress",
+    "api.core.v1.EndpointPort",
+    "api.core.v1.FileKeySelector",
+    "api.core.v1.LocalObjectReference",
+    "api.core.v1.NodeSelector",
+    "api.core.v1.NodeSelectorTerm",
+    "api.core.v1.ObjectFieldSelector",
+    "api.core.v1.ObjectReference",
+    "api.core.v1.ResourceFieldSelector",
+    "api.core.v1.ScopeSelector",
+    "api.core.v1.SecretKeySelector",
+    "api.core.v1.SecretReference",
+    "api.core.v1.TypedLocalObjectReference",
+    "api.rbac.v1.RoleRef",
+    "api.rbac.v1.Subject",
+    "apimachinery.pkg.apis.meta.v1.LabelSelector",
+    "apimachinery.pkg.apis.meta.v1.OwnerReference",
+];
+
+/// The paths (in `node_mut`'s syntax) below `prefix` where message
+/// `message` holds an atomic struct. `stack` guards against messages that
+/// contain themselves.
+fn atomic_struct_paths(
+    message: usize,
+    prefix: &str,
+    stack: &mut Vec<usize>,
+    out: &mut Vec<String>,
+) {
+    use crate::protobuf::schema::{Label, Type, schema};
+    let join = |a: &str, b: &str| {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            format!("{a}.{b}")
+        }
+    };
+    let table = schema();
+    for field in &table.message(message).fields {
+        let Type::Message(inner) = field.ty else {
+            continue;
+        };
+        if stack.contains(&inner) {
+            continue;
+        }
+        let path = match field.label {
+            Label::Inline => prefix.to_string(),
+            Label::One => join(prefix, &field.json),
+            Label::Many => format!("{}[]", join(prefix, &field.json)),
+            Label::Map => join(&join(prefix, &field.json), "*"),
+        };
+        if field.label != Label::Inline
+            && ATOMIC_STRUCTS.contains(&table.message(inner).name.as_str())
+        {
+            out.push(path);
+            continue;
+        }
+        stack.push(inner);
+        atomic_struct_paths(inner, &path, stack, out);
+        stack.pop();
     }
 }
 

@@ -388,8 +388,15 @@ pub fn record_update(
     types: &ListTypes,
     ctx: &WriteContext<'_>,
 ) {
-    let before_create = empty_object_before(new, types);
-    let old_object = old.unwrap_or(&before_create);
+    let before_create;
+    let old_object = match (old, types.create_baseline()) {
+        (Some(old), _) => old,
+        (None, Some(baseline)) => baseline,
+        (None, None) => {
+            before_create = empty_object_before(new, types);
+            &before_create
+        }
+    };
     let mut managers = match new.pointer("/metadata/managedFields") {
         Some(Value::Array(list)) if list.len() == 1 && list[0] == json!({}) => Vec::new(),
         Some(Value::Array(list)) if !list.is_empty() => read_managed_fields(new)
@@ -447,7 +454,8 @@ pub fn record_update(
     write_managed_fields(new, &managers);
 }
 
-/// What a create is compared against. A built-in kind's `spec` and
+/// What a create is compared against when the kind has no Go zero value
+/// (see `ListTypes::create_baseline`). A built-in kind's `spec` and
 /// `status` are structs that exist even when empty, so creating one adds
 /// the fields inside them but not the maps themselves (no `"."` entry).
 fn empty_object_before(new: &Value, types: &ListTypes) -> Value {
@@ -1261,9 +1269,11 @@ mod tests {
             ..ctx("kubectl-create", "T1")
         };
         record_update(None, &mut pod, &pod_types, &create_ctx);
+        // Nor for `containers`: Go's zero Pod holds it as a nil list (no
+        // omitempty), so only its items are new (kube-apiserver v1.37.2).
         assert_eq!(
             owner_of(&pod, "kubectl-create"),
-            &json!({"f:spec": {"f:containers": {".": {}, "k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
+            &json!({"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
         );
         // A custom resource is a free-form object: its spec is new, with ".".
         let crd_types = ListTypes::from_crd_schema(&json!({"type": "object"}));

@@ -47,6 +47,7 @@ const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("errors", include_str!("../../differential/errors.yaml")),
     ("protobuf", include_str!("../../differential/protobuf.yaml")),
+    ("defaults", include_str!("../../differential/defaults.yaml")),
 ];
 
 /// The differences we know of and keep, each with its reason.

@@ -11,24 +11,22 @@
 //! - Pods on simulated nodes run: Pending -> Running -> Succeeded/Failed
 //!   as the pod's annotations say ([`RUN_SECONDS`], [`EXIT_CODE`]), with
 //!   restart policies, and graceful deletions are finished.
-//! - Services get a `clusterIP` from 10.96.0.0/12.
 
 pub(crate) mod binding;
 mod fit;
 pub(crate) mod informer;
-mod ipam;
+pub(crate) mod ipam;
 mod lifecycle;
 mod node;
 mod nodes;
 mod pods;
 mod quantity;
 mod scheduler;
-mod services;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 
 use crate::store::Store;
@@ -104,7 +102,6 @@ pub(crate) fn spawn(client: kube::Client, config: KubeletConfig, store: Arc<Stor
     let kubelet_pods = Subscriber::new();
     let kubelet_nodes = Subscriber::new();
     let nodes_nodes = Subscriber::new();
-    let services_services = Subscriber::new();
     let pods = informer::start(
         Api::<Pod>::all(client.clone()),
         vec![scheduler_pods.clone(), kubelet_pods.clone()],
@@ -117,11 +114,6 @@ pub(crate) fn spawn(client: kube::Client, config: KubeletConfig, store: Arc<Stor
             kubelet_nodes.clone(),
             nodes_nodes.clone(),
         ],
-        shutdown.clone(),
-    );
-    let services = informer::start(
-        Api::<Service>::all(client.clone()),
-        vec![services_services.clone()],
         shutdown.clone(),
     );
     tokio::spawn(scheduler::run(
@@ -154,5 +146,4 @@ pub(crate) fn spawn(client: kube::Client, config: KubeletConfig, store: Arc<Stor
         store,
         shutdown.clone(),
     ));
-    tokio::spawn(services::run(client, services, services_services, shutdown));
 }

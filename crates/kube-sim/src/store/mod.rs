@@ -9,6 +9,7 @@ mod crds;
 mod delete;
 mod durable;
 mod list;
+mod service_addresses;
 mod update;
 mod watch;
 mod write;
@@ -129,6 +130,8 @@ pub(crate) struct State {
     /// The store was opened on a data directory; once its journal is closed
     /// (shutdown) writes are refused instead of silently staying in memory.
     durable: bool,
+    /// Cluster IPs and node ports held by Services; learnt on first use.
+    service_addresses: Option<service_addresses::ServiceAddresses>,
 }
 
 /// Counters a test or benchmark can read to see what the server did.
@@ -200,6 +203,7 @@ impl Store {
                 dependents: HashMap::new(),
                 durable: journal.is_some(),
                 journal,
+                service_addresses: None,
             }),
             snapshots: Mutex::new(list::Snapshots::default()),
             config,
@@ -407,6 +411,17 @@ impl State {
         object: Arc<StoredObject>,
         previous: Option<Arc<StoredObject>>,
     ) {
+        if gr.group.is_empty()
+            && gr.resource == "services"
+            && let Some(addresses) = &mut self.service_addresses
+        {
+            if let Some(previous) = &previous {
+                addresses.release(&previous.value());
+            }
+            if change != ChangeType::Deleted {
+                addresses.hold(&object.value());
+            }
+        }
         let limit = self.history_limit;
         let Some(store) = self.resources.get_mut(gr) else {
             return;

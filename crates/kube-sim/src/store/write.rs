@@ -88,7 +88,17 @@ fn record_create(rt: &ResourceType, version: &str, params: &WriteParams, value: 
     let api_version = rt.api_version(version);
     let now = now_rfc3339();
     let ctx = write_context(&manager, &api_version, &now, Subresource::Main);
+    // A kind with a status subresource resets status on main-resource
+    // writes, so the creator never owns any of it (kube-apiserver's
+    // field manager leaves its reset fields out).
+    let status = match value.as_object_mut() {
+        Some(object) if rt.has_status(version) => object.remove("status"),
+        _ => None,
+    };
     apply::record_update(None, value, &rt.schemas.list_types, &ctx);
+    if let (Some(status), Some(object)) = (status, value.as_object_mut()) {
+        object.insert("status".into(), status);
+    }
 }
 
 /// Whether a write still needs its managedFields entry, or already has it
@@ -358,6 +368,9 @@ pub(super) fn normalize(
                 Vec::new()
             };
             crate::defaults::apply(&rt.group, &rt.kind, &mut decoded);
+            if let Some(message) = crate::go_shape::message_of(&rt.api_version(version), &rt.kind) {
+                crate::go_shape::fill(&mut decoded, message);
+            }
             (decoded, dropped, checking.then_some(value))
         }
         None => {
@@ -607,6 +620,22 @@ impl State {
             .cloned()
     }
 
+    /// The Service address book, built from the stored Services on first use.
+    fn service_addresses(&mut self) -> &mut super::service_addresses::ServiceAddresses {
+        let services = crate::resources::GroupResource {
+            group: String::new(),
+            resource: "services".into(),
+        };
+        let resources = &self.resources;
+        self.service_addresses.get_or_insert_with(|| {
+            let values: Vec<Value> = resources
+                .get(&services)
+                .map(|store| store.objects.values().map(|o| o.value()).collect())
+                .unwrap_or_default();
+            super::service_addresses::ServiceAddresses::from_services(values.iter())
+        })
+    }
+
     /// The stored kind behind a view (events.k8s.io/v1 Events), if `rt` is one.
     pub(super) fn stored_type(&self, rt: &ResourceType) -> Option<(Arc<ResourceType>, StoredAs)> {
         let stored = rt.stored_as?;
@@ -727,11 +756,15 @@ impl State {
             }
         }
         let mut value = normalize(rt, version, value, params)?;
-        check_valid(rt, version, &value, None)?;
+        // As on the real server: the field manager records the decoded
+        // body, admission and the create strategy add to it, then the
+        // result is validated.
         let recorded = ownership == Ownership::Record && !is_crd_type(rt);
         if recorded {
             record_create(rt, version, params, &mut value);
         }
+        crate::defaults::admit(&rt.group, &rt.kind, &mut value);
+        check_valid(rt, version, &value, None)?;
         Ok(NewObject {
             value,
             generated_prefix,
@@ -793,6 +826,9 @@ impl State {
         }
         if ownership == Ownership::Record && !recorded {
             record_create(rt, version, params, &mut value);
+        }
+        if rt.group.is_empty() && rt.kind == "Service" {
+            self.service_addresses().allocate(&mut value);
         }
         to_storage_version(rt, &mut value);
         if params.dry_run {
