@@ -95,25 +95,38 @@ enum Encoding {
     Protobuf,
 }
 
-/// The encoding the `Accept` header asks for first; JSON when it names
-/// none; `None` when it names only types this endpoint cannot produce.
+/// The encoding the `Accept` header prefers (highest `q`, then first
+/// listed); JSON when it names none; `None` when it names only types this
+/// endpoint cannot produce.
 fn negotiate(headers: &HeaderMap) -> Option<Encoding> {
-    let accept: Vec<&str> = headers
+    let mut ranges: Vec<(&str, f32)> = headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|t| t.split(';').next().unwrap_or_default().trim())
-        .filter(|t| !t.is_empty())
+        .filter_map(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().filter(|m| !m.is_empty())?;
+            let quality = parts
+                .filter_map(|p| p.strip_prefix("q="))
+                .find_map(|q| q.parse::<f32>().ok())
+                .unwrap_or(1.0);
+            Some((media, quality))
+        })
         .collect();
-    if accept.is_empty() {
+    if ranges.is_empty() {
         return Some(Encoding::Json);
     }
-    accept.into_iter().find_map(|media| match media {
-        PROTOBUF_REQUESTED | PROTOBUF => Some(Encoding::Protobuf),
-        "application/json" | "application/*" | "*/*" => Some(Encoding::Json),
-        _ => None,
-    })
+    // Stable: equal weights keep the client's order.
+    ranges.sort_by(|a, b| b.1.total_cmp(&a.1));
+    ranges
+        .into_iter()
+        .filter(|(_, quality)| *quality > 0.0)
+        .find_map(|(media, _)| match media {
+            PROTOBUF_REQUESTED | PROTOBUF => Some(Encoding::Protobuf),
+            "application/json" | "application/*" | "*/*" => Some(Encoding::Json),
+            _ => None,
+        })
 }
 
 /// Whether `If-None-Match` names `etag` (or is `*`).
@@ -543,11 +556,23 @@ mod tests {
         assert_eq!(
             negotiate(&headers(&[(
                 "accept",
-                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf;q=0.9, application/json"
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf, application/json"
             )])),
             Some(Encoding::Protobuf)
         );
         assert_eq!(negotiate(&headers(&[("accept", "text/html")])), None);
+        // Weights outrank order; a zero weight refuses the type.
+        assert_eq!(
+            negotiate(&headers(&[(
+                "accept",
+                "application/json;q=0.5, application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+            )])),
+            Some(Encoding::Protobuf)
+        );
+        assert_eq!(
+            negotiate(&headers(&[("accept", "application/json;q=0, text/html")])),
+            None
+        );
     }
 
     #[test]
