@@ -1,5 +1,6 @@
 // Command goclient drives an API server the way Go controllers do: the
-// typed clientset over protobuf, informers, a leaderelection Lease lock,
+// typed clientset over protobuf, the OpenAPI v2 models kubectl validates
+// with, informers, a leaderelection Lease lock,
 // DeleteOptions preconditions, an Eviction, exec over SPDY and over
 // WebSocket, and a controller-runtime manager whose client and cache use
 // protobuf. It prints one line per
@@ -45,6 +46,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/kube-openapi/pkg/util/proto"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,6 +100,7 @@ func main() {
 	defer cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 
 	crud(cs, ns)
+	openAPIV2(cs)
 	services(cs, ns)
 	preconditions(cs, ns)
 	informer(cs, ns)
@@ -106,6 +109,50 @@ func main() {
 	eviction(cs, ns)
 	remoteExec(config, cs, os.Args[2])
 	controllerRuntime(config, ns)
+}
+
+// openAPIV2 fetches /openapi/v2 as kubectl's client-side validation does
+// (client-go asks for gnostic protobuf), builds kube-openapi's models from
+// it, and looks kinds up by their x-kubernetes-group-version-kind, as
+// kubectl does.
+func openAPIV2(cs *kubernetes.Clientset) {
+	doc, err := cs.Discovery().OpenAPISchema()
+	must(err, "the OpenAPI v2 document")
+	models, err := proto.NewOpenAPIData(doc)
+	must(err, "models from the OpenAPI v2 document")
+	lookup := func(group, version, kind string) proto.Schema {
+		for _, name := range models.ListModels() {
+			model := models.LookupModel(name)
+			gvks, _ := model.GetExtensions()["x-kubernetes-group-version-kind"].([]interface{})
+			for _, entry := range gvks {
+				gvk, _ := entry.(map[interface{}]interface{})
+				if gvk["group"] == group && gvk["version"] == version && gvk["kind"] == kind {
+					return model
+				}
+			}
+		}
+		return nil
+	}
+	describe := func(model proto.Schema) string {
+		if model == nil {
+			return "missing"
+		}
+		if _, isKind := model.(*proto.Kind); isKind {
+			return "kind"
+		}
+		return "not-a-kind"
+	}
+	review := lookup("authentication.k8s.io", "v1", "TokenReview")
+	token := false
+	if kind, ok := review.(*proto.Kind); ok {
+		if ref, ok := kind.Fields["spec"].(proto.Reference); ok {
+			if spec, ok := ref.SubSchema().(*proto.Kind); ok {
+				_, token = spec.Fields["token"]
+			}
+		}
+	}
+	say("openapi-v2 TokenReview=%s spec.token=%t ConfigMap=%s", describe(review), token,
+		describe(lookup("", "v1", "ConfigMap")))
 }
 
 // typed is the CRUD surface every typed client shares.

@@ -214,6 +214,7 @@ impl KubeSimBuilder {
             faults: faults.clone(),
             metrics: metrics.clone(),
             tokens: Arc::new(crate::tokens::Tokens::new(reviewable_tokens)),
+            openapi_v2: Default::default(),
         };
         let certificates = if self.tls {
             Some(crate::tls::ServingCertificates::generate()?)

@@ -7,6 +7,7 @@ pub(crate) mod eviction;
 pub mod faults;
 mod negotiate;
 mod openapi;
+pub(crate) mod openapi_v2;
 pub(crate) mod path;
 mod query;
 mod reviews;
@@ -42,6 +43,8 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Issued and static bearer tokens, for TokenRequest and TokenReview.
     pub tokens: Arc<crate::tokens::Tokens>,
+    /// The last `/openapi/v2` rendering (openapi_v2.rs).
+    pub openapi_v2: Arc<openapi_v2::Cache>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -59,7 +62,8 @@ pub fn router(state: AppState) -> Router {
         // too (the e2e suite's discovery test asks for `/apis/`).
         .route("/api/", get(core_versions))
         .route("/apis/", get(group_list))
-        // kubectl parity and fault injection (openapi.rs, faults.rs)
+        // kubectl parity and fault injection (openapi.rs, openapi_v2.rs, faults.rs)
+        .route("/openapi/v2", get(openapi_v2::document))
         .route("/openapi/v3", get(openapi::index))
         .route("/openapi/v3/{*group_version}", get(openapi::group_version))
         .route("/metrics", get(faults::metrics))

@@ -26,7 +26,9 @@ use crate::resources::ResourceType;
 use crate::store::Store;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
-const CRD_GROUP: &str = "apiextensions.k8s.io";
+pub(super) const CRD_GROUP: &str = "apiextensions.k8s.io";
+/// `info.version` of every OpenAPI document kube-sim serves.
+pub(super) const INFO_VERSION: &str = "v1.33.0-kube-sim";
 
 /// `GET /openapi/v3`
 pub async fn index(State(state): State<AppState>) -> Response {
@@ -76,7 +78,7 @@ fn hash_header(response: &mut Response, value: &Value) {
 }
 
 /// A stable content hash (the same document always hashes the same).
-fn hash(doc: &Value) -> String {
+pub(super) fn hash(doc: &Value) -> String {
     let mut hasher = std::hash::DefaultHasher::new();
     doc.to_string().hash(&mut hasher);
     format!("{:016X}", hasher.finish())
@@ -92,7 +94,7 @@ fn document_key(group: &str, version: &str) -> String {
 }
 
 /// Every group-version document (or only `only`), keyed like the index.
-fn documents(store: &Arc<Store>, only: Option<&str>) -> BTreeMap<String, Value> {
+pub(super) fn documents(store: &Arc<Store>, only: Option<&str>) -> BTreeMap<String, Value> {
     let registry = store.registry();
     let mut by_gv: BTreeMap<(String, String), Vec<Arc<ResourceType>>> = BTreeMap::new();
     for rt in registry.all() {
@@ -170,7 +172,7 @@ fn review_document(group: &str, version: &str) -> Value {
     }
     json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.33.0-kube-sim"},
+        "info": {"title": "Kubernetes", "version": INFO_VERSION},
         "paths": paths,
         "components": {"schemas": schemas},
     })
@@ -196,7 +198,7 @@ fn gv_document(store: &Store, group: &str, version: &str, types: &[Arc<ResourceT
     }
     json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.33.0-kube-sim"},
+        "info": {"title": "Kubernetes", "version": INFO_VERSION},
         "paths": paths,
         "components": {"schemas": schemas},
     })

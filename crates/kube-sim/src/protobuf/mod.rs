@@ -15,6 +15,7 @@
 
 mod decode;
 mod encode;
+pub mod gnostic;
 pub mod schema;
 mod special;
 mod transcode;

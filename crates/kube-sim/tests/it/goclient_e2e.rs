@@ -1,6 +1,7 @@
 //! The Go client program (`tools/goclient`: client-go and
 //! controller-runtime at the versions of Kubernetes v1.37.2, unmodified)
-//! against the lane's API server: typed CRUD over protobuf, informers with
+//! against the lane's API server: typed CRUD over protobuf, the OpenAPI v2
+//! models kubectl validates with (from gnostic protobuf), informers with
 //! resync, a watch-list's end bookmark, a leaderelection Lease handover,
 //! DeleteOptions preconditions, an Eviction, exec over SPDY and WebSocket
 //! and a controller-runtime manager. It must print exactly

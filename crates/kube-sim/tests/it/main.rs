@@ -16,6 +16,7 @@ mod kubectl_parity;
 mod kubectl_workloads;
 mod kubelet;
 mod lifecycle;
+mod openapi_v2;
 mod protobuf;
 mod python_client;
 mod rbac_e2e;

@@ -183,9 +183,10 @@ async fn kubectl_create_token_prints_a_token_that_reviews_as_the_service_account
 
 /// `kubectl create -f` of a TokenReview finds its kind through discovery,
 /// and the admin token reviews as the user `kubectl auth whoami` names, as
-/// on kube-apiserver. `--validate=false`: for a kind without a PATCH
-/// operation kubectl validates on the client against OpenAPI v2 (served as
-/// gnostic protobuf), which kube-sim does not serve.
+/// on kube-apiserver. kubectl's default strict validation stays on: a kind
+/// without a PATCH operation is validated on the client, against the
+/// OpenAPI v2 models client-go decodes from `/openapi/v2` as gnostic
+/// protobuf, so a misspelt field is refused before anything is sent.
 #[tokio::test]
 async fn the_admin_token_reviews_as_the_user_kubectl_auth_whoami_names() {
     let sim = kube_sim::KubeSim::builder()
@@ -202,12 +203,8 @@ async fn the_admin_token_reviews_as_the_user_kubectl_auth_whoami_names() {
             sim.token().unwrap()
         ),
     );
-    let created: serde_json::Value = serde_json::from_str(
-        &kubectl
-            .ok(&["create", "--validate=false", "-f", &review, "-o", "json"])
-            .await,
-    )
-    .unwrap();
+    let created: serde_json::Value =
+        serde_json::from_str(&kubectl.ok(&["create", "-f", &review, "-o", "json"]).await).unwrap();
     assert_eq!(created["status"]["authenticated"], true, "{created}");
     let whoami: serde_json::Value =
         serde_json::from_str(&kubectl.ok(&["auth", "whoami", "-o", "json"]).await).unwrap();
@@ -235,13 +232,22 @@ async fn the_admin_token_reviews_as_the_user_kubectl_auth_whoami_names() {
         "sar.yaml",
         "apiVersion: authorization.k8s.io/v1\nkind: SubjectAccessReview\nspec:\n  user: nobody\n  resourceAttributes: {verb: get, resource: pods, namespace: default}\n",
     );
-    let answered: serde_json::Value = serde_json::from_str(
-        &kubectl
-            .ok(&["create", "--validate=false", "-f", &sar, "-o", "json"])
-            .await,
-    )
-    .unwrap();
+    let answered: serde_json::Value =
+        serde_json::from_str(&kubectl.ok(&["create", "-f", &sar, "-o", "json"]).await).unwrap();
     assert_eq!(answered["status"]["allowed"], false, "{answered}");
+    // Client-side validation is real: a misspelt spec field is refused by
+    // kubectl itself, naming the field and the v2 definition it is not in.
+    let misspelt = kubectl.file(
+        "misspelt.yaml",
+        "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  tokn: abc\n",
+    );
+    let refused = kubectl.run(&["create", "-f", &misspelt]).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"unknown field "tokn" in io.k8s.api.authentication.v1.TokenReviewSpec"#),
+        "{stderr}"
+    );
 }
 
 /// A ServiceAccount-token Secret is filled as kube-controller-manager fills
