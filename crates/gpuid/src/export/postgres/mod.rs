@@ -1,6 +1,7 @@
 //! PostgreSQL: a current-state table keyed by (cluster, GPU key) with
 //! first_seen/last_seen, an append-only events table, and upstream's table
-//! name as a view with upstream's columns.
+//! name as a view with upstream's columns. A table upstream gpuid filled
+//! under that name is adopted while migrating (see `adopt`).
 //!
 //! With `POSTGRES_TABLE=inv.gpu`: `"inv"."gpu_inventory"`,
 //! `"inv"."gpu_events"`, the view `"inv"."gpu"` and `"inv"."schema_migrations"`.
