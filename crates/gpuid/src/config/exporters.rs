@@ -520,7 +520,9 @@ pub(super) fn postgres(parser: &mut Parser<'_>, selected: bool) -> PostgresExpor
         "boolean",
         "not a boolean (use true or false)",
         parse_bool,
-        false,
+        // On by default so that an upstream deployment's environment, which
+        // never names this knob, gets its tables created and exports.
+        true,
     );
     let password = parser.secret(&knobs::POSTGRES_PASSWORD, &knobs::POSTGRES_PASSWORD_FILE);
 

@@ -123,8 +123,8 @@ knobs! {
         "PEM file of the CA certificates that sign the server's certificate (default: the system's roots).";
     POSTGRES_TABLE = "POSTGRES_TABLE", "postgres-table", Some("gpu"), PostgresExporter, false,
         "Table name, optionally schema-qualified (schema.table); the name at most 39 characters, the schema at most 63; empty means gpu.";
-    POSTGRES_AUTO_MIGRATE = "POSTGRES_AUTO_MIGRATE", "postgres-auto-migrate", Some("false"), PostgresExporter, false,
-        "Create the tables at start-up if they do not exist.";
+    POSTGRES_AUTO_MIGRATE = "POSTGRES_AUTO_MIGRATE", "postgres-auto-migrate", Some("true"), PostgresExporter, false,
+        "Create or migrate the tables and view before the first export (adopting a table upstream gpuid filled); false leaves the schema to a DBA and waits until it is applied.";
     S3_BUCKET = "S3_BUCKET", "s3-bucket", None, S3Exporter, false,
         "Bucket that receives record objects (required for s3).";
     S3_PREFIX = "S3_PREFIX", "s3-prefix", None, S3Exporter, false,

@@ -569,7 +569,7 @@ fn the_postgres_exporter_requires_host_db_user_and_password_with_upstream_messag
 }
 
 #[test]
-fn postgres_parameters_default_to_port_5432_sslmode_require_and_table_gpu() {
+fn postgres_parameters_default_to_port_5432_sslmode_require_table_gpu_and_auto_migrate() {
     let config = load_with_files(
         &[
             CLUSTER,
@@ -610,7 +610,26 @@ fn postgres_parameters_default_to_port_5432_sslmode_require_and_table_gpu() {
             name: "gpu".into()
         }
     );
-    assert!(!pg.auto_migrate);
+    // Upstream's variables alone must be enough to export: gpuid creates
+    // what is missing unless told not to.
+    assert!(pg.auto_migrate);
+}
+
+#[test]
+fn postgres_auto_migrate_false_leaves_the_schema_to_a_dba() {
+    for spelling in ["false", "FALSE", "0", "f"] {
+        let config = load(&[
+            CLUSTER,
+            ("EXPORTER_TYPE", "postgres"),
+            ("POSTGRES_DSN", "postgres://gpuid:pw@db:5432/inv"),
+            ("POSTGRES_AUTO_MIGRATE", spelling),
+        ])
+        .unwrap();
+        let ExporterConfig::Postgres(pg) = config.exporter else {
+            panic!("not postgres")
+        };
+        assert!(!pg.auto_migrate, "{spelling}");
+    }
 }
 
 #[test]

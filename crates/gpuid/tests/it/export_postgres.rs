@@ -485,3 +485,281 @@ async fn a_url_the_client_cannot_use_fails_at_build_time_without_echoing_it() {
         );
     }
 }
+
+/// A database of its own, so the table can carry upstream's default name
+/// `gpu` in `public` as upstream left it; dropped by [`UpstreamDatabase::drop_now`].
+struct UpstreamDatabase {
+    admin: tokio_postgres::Client,
+    name: String,
+    client: tokio_postgres::Client,
+}
+
+impl UpstreamDatabase {
+    async fn create(test: &str) -> UpstreamDatabase {
+        let admin = postgres_client().await;
+        let name = fresh_schema(test);
+        admin
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .unwrap();
+        let mut config: tokio_postgres::Config = postgres_url().parse().unwrap();
+        config.dbname(&name);
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        UpstreamDatabase {
+            admin,
+            name,
+            client,
+        }
+    }
+
+    /// Only the variables upstream gpuid v0.8.3 reads, as its postgres
+    /// overlay sets them (sslmode aside: the test server speaks plain TCP).
+    fn upstream_variables(&self) -> Vec<(&'static str, String)> {
+        let config: tokio_postgres::Config = postgres_url().parse().unwrap();
+        let host = match config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+            _ => "127.0.0.1".to_owned(),
+        };
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let password = config
+            .get_password()
+            .map(|password| String::from_utf8_lossy(password).into_owned())
+            // The test server trusts loopback; upstream requires a value.
+            .unwrap_or_else(|| "unused".to_owned());
+        vec![
+            ("EXPORTER_TYPE", "postgres".to_owned()),
+            ("CLUSTER_NAME", "prod".to_owned()),
+            ("POSTGRES_HOST", host),
+            ("POSTGRES_PORT", port.to_string()),
+            ("POSTGRES_DB", self.name.clone()),
+            (
+                "POSTGRES_USER",
+                config.get_user().unwrap_or("postgres").to_owned(),
+            ),
+            ("POSTGRES_PASSWORD", password),
+            ("POSTGRES_SSLMODE", "disable".to_owned()),
+        ]
+    }
+
+    fn exporter_config(&self) -> PostgresExporterConfig {
+        let variables = self.upstream_variables();
+        let borrowed: Vec<(&str, &str)> = variables
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+            .collect();
+        match crate::export_support::config_from_vars(&borrowed).exporter {
+            gpuid::config::ExporterConfig::Postgres(config) => config,
+            other => panic!("not postgres: {other:?}"),
+        }
+    }
+
+    async fn drop_now(self) {
+        self.admin
+            .batch_execute(&format!("DROP DATABASE \"{}\" WITH (FORCE)", self.name))
+            .await
+            .unwrap();
+    }
+}
+
+/// Upstream gpuid's table as its auto-migrate creates it: one row per
+/// export, unique over every column and the read time, four indexes.
+const UPSTREAM_DDL: &str = "
+CREATE TABLE IF NOT EXISTS gpu (
+    id          BIGSERIAL PRIMARY KEY,
+    cluster     VARCHAR(255) NOT NULL,
+    node        VARCHAR(255) NOT NULL,
+    machine     VARCHAR(255) NOT NULL,
+    source      VARCHAR(255) NOT NULL,
+    chassis     VARCHAR(255) NOT NULL,
+    gpu         VARCHAR(255) NOT NULL,
+    read_time   TIMESTAMPTZ NOT NULL,
+    created_at  TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    UNIQUE (cluster, node, machine, source, chassis, gpu, read_time)
+);
+CREATE INDEX IF NOT EXISTS idx_gpu_cluster ON gpu (cluster);
+CREATE INDEX IF NOT EXISTS idx_gpu_node ON gpu (node);
+CREATE INDEX IF NOT EXISTS idx_gpu_read_time ON gpu (read_time);
+CREATE INDEX IF NOT EXISTS idx_gpu_created_at ON gpu (created_at);
+";
+
+fn epoch(at: &str) -> i64 {
+    at.parse::<jiff::Timestamp>().unwrap().as_second()
+}
+
+#[tokio::test]
+async fn upstreams_filled_table_is_adopted_with_only_upstreams_variables_rows_survive_and_new_gpus_export()
+ {
+    let database = UpstreamDatabase::create("adopt").await;
+    let db = &database.client;
+    db.batch_execute(UPSTREAM_DDL).await.unwrap();
+    let (records, events) = h100_batch();
+    let h100_serial = records[0].gpu.serial.clone().unwrap();
+    // A GB200 node upstream exported twice (two GPUs share a board serial,
+    // so two serials), and one H100 board that gpuid will see again.
+    let upstream_rows = [
+        (
+            "gb200-old",
+            "i-gb200",
+            "1821225190819",
+            "1761025346615",
+            "2026-07-01T00:00:00Z",
+        ),
+        (
+            "gb200-old",
+            "i-gb200",
+            "1821225190819",
+            "1761125340953",
+            "2026-07-01T00:00:00Z",
+        ),
+        (
+            "gb200-old",
+            "i-gb200",
+            "1821225190819",
+            "1761025346615",
+            "2026-07-02T00:00:00Z",
+        ),
+        (
+            "gb200-old",
+            "i-gb200",
+            "1821225190819",
+            "1761125340953",
+            "2026-07-02T00:00:00Z",
+        ),
+        (
+            "h100-0",
+            "i-h100-0",
+            "N/A",
+            h100_serial.as_str(),
+            "2026-08-01T00:00:00Z",
+        ),
+    ];
+    for (node, machine, chassis, gpu, at) in upstream_rows {
+        db.execute(
+            "INSERT INTO gpu (cluster, node, machine, source, chassis, gpu, read_time, created_at)
+             VALUES ('prod', $1, $2, 'gpu-operator/nvidia-device-plugin-old', $3, $4, $5::text::timestamptz, $5::text::timestamptz)",
+            &[&node, &machine, &chassis, &gpu, &at],
+        )
+        .await
+        .unwrap();
+    }
+
+    let config = database.exporter_config();
+    assert!(config.auto_migrate, "on without POSTGRES_AUTO_MIGRATE");
+    assert_eq!(config.table.name, "gpu");
+    let exporter = PostgresExporter::new(&config).unwrap();
+    exporter
+        .export(&batch(records.clone(), events))
+        .await
+        .unwrap();
+
+    // The name is our view now; upstream's table is kept whole beside it.
+    let kind: String = db
+        .query_one(
+            "SELECT relkind::text FROM pg_class WHERE oid = 'gpu'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kind, "v");
+    assert_eq!(count(db, "SELECT count(*) FROM gpu_upstream").await, 5);
+
+    // Upstream's query on upstream's name: every GPU it exported, plus the
+    // new ones, each once (the H100 board seen again is one row).
+    let rows = db
+        .query(
+            "SELECT cluster, node, machine, source, chassis, gpu,
+                    extract(epoch FROM read_time)::bigint AS read_time,
+                    extract(epoch FROM created_at)::bigint AS created_at
+             FROM gpu WHERE cluster = 'prod' ORDER BY gpu",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2 + records.len(), "{rows:?}");
+    for serial in ["1761025346615", "1761125340953"] {
+        let row = rows
+            .iter()
+            .find(|row| row.get::<_, String>("gpu") == serial)
+            .unwrap_or_else(|| panic!("upstream's GPU {serial} is gone"));
+        assert_eq!(row.get::<_, String>("node"), "gb200-old");
+        assert_eq!(row.get::<_, String>("machine"), "i-gb200");
+        assert_eq!(
+            row.get::<_, String>("source"),
+            "gpu-operator/nvidia-device-plugin-old"
+        );
+        assert_eq!(row.get::<_, String>("chassis"), "1821225190819");
+        assert_eq!(
+            row.get::<_, i64>("created_at"),
+            epoch("2026-07-01T00:00:00Z")
+        );
+        assert_eq!(
+            row.get::<_, i64>("read_time"),
+            epoch("2026-07-02T00:00:00Z")
+        );
+    }
+    let seen_again = rows
+        .iter()
+        .find(|row| row.get::<_, String>("gpu") == h100_serial)
+        .unwrap();
+    assert_eq!(seen_again.get::<_, String>("node"), "h100-1");
+    assert_eq!(
+        seen_again.get::<_, i64>("created_at"),
+        epoch("2026-08-01T00:00:00Z"),
+        "first seen by upstream"
+    );
+    assert_eq!(
+        seen_again.get::<_, i64>("read_time"),
+        epoch("2026-08-21T08:00:00Z")
+    );
+    for record in &records {
+        let serial = record.gpu.serial.clone().unwrap();
+        assert!(
+            rows.iter().any(|row| row.get::<_, String>("gpu") == serial
+                && row.get::<_, String>("node") == "h100-1"),
+            "new GPU {serial} exported"
+        );
+    }
+
+    // A restart finds everything applied and adopts nothing twice.
+    drop(exporter);
+    let restarted = PostgresExporter::new(&database.exporter_config()).unwrap();
+    restarted.ensure_schema().await.unwrap();
+    assert_eq!(
+        count(db, "SELECT count(*) FROM gpu").await,
+        rows.len() as i64
+    );
+    drop(restarted);
+    database.drop_now().await;
+}
+
+#[tokio::test]
+async fn a_table_under_the_name_that_upstream_did_not_create_is_refused_and_left_alone() {
+    let database = UpstreamDatabase::create("foreign").await;
+    let db = &database.client;
+    db.batch_execute("CREATE TABLE gpu (id bigint, cluster text, gpu text, price numeric); INSERT INTO gpu VALUES (1, 'prod', 'x', 9)")
+        .await
+        .unwrap();
+    let exporter = PostgresExporter::new(&database.exporter_config()).unwrap();
+    let (records, events) = h100_batch();
+    let error = exporter.export(&batch(records, events)).await.unwrap_err();
+    assert!(error.is_permanent(), "{error}");
+    assert!(
+        error.to_string().contains("not one upstream gpuid created")
+            && error.to_string().contains("POSTGRES_TABLE"),
+        "{error}"
+    );
+    assert_eq!(
+        count(db, "SELECT count(*) FROM gpu WHERE price = 9").await,
+        1
+    );
+    let created: i64 = count(
+        db,
+        "SELECT count(*) FROM pg_class WHERE relname IN ('gpu_inventory', 'gpu_upstream', 'schema_migrations')",
+    )
+    .await;
+    assert_eq!(created, 0, "the failed migration left nothing behind");
+    drop(exporter);
+    database.drop_now().await;
+}

@@ -1,6 +1,7 @@
 //! PostgreSQL: a current-state table keyed by (cluster, GPU key) with
 //! first_seen/last_seen, an append-only events table, and upstream's table
-//! name as a view with upstream's columns.
+//! name as a view with upstream's columns. A table upstream gpuid filled
+//! under that name is adopted while migrating (see `adopt`).
 //!
 //! With `POSTGRES_TABLE=inv.gpu`: `"inv"."gpu_inventory"`,
 //! `"inv"."gpu_events"`, the view `"inv"."gpu"` and `"inv"."schema_migrations"`.
@@ -15,6 +16,7 @@
 //! unhealthy (readiness) and exports retry until it is back. Upstream
 //! crash-looped instead.
 
+mod adopt;
 mod migrations;
 mod rows;
 mod tls;
@@ -49,6 +51,10 @@ pub struct PostgresNames {
     pub inventory: String,
     pub events: String,
     pub migrations: String,
+    /// Where a table upstream gpuid created under the name is kept once
+    /// adopted (qualified and quoted), and its bare name.
+    pub upstream: String,
+    pub upstream_name: String,
 }
 
 impl PostgresNames {
@@ -73,6 +79,8 @@ impl PostgresNames {
             inventory: qualify(&format!("{}_inventory", table.name)),
             events: qualify(&format!("{}_events", table.name)),
             migrations: qualify("schema_migrations"),
+            upstream: qualify(&format!("{}_upstream", table.name)),
+            upstream_name: format!("{}_upstream", table.name),
         })
     }
 
@@ -289,6 +297,8 @@ impl PostgresExporter {
             .await
             .map_err(|e| classify(e, "reading schema_migrations"))?;
         let applied: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+        // Before the view's migration needs the name.
+        let adopting = adopt::set_aside(&transaction, names).await?;
         for (version, name, sql) in MIGRATIONS {
             if applied.contains(version) {
                 continue;
@@ -308,6 +318,9 @@ impl PostgresExporter {
                 .await
                 .map_err(|e| classify(e, "recording a migration"))?;
             tracing::info!(table = %names.view, version, name, "applied PostgreSQL migration");
+        }
+        if adopting {
+            adopt::carry_rows(&transaction, names).await?;
         }
         transaction
             .commit()

@@ -17,15 +17,27 @@ use crate::record::GpuRecord;
 ///
 /// Records: an older observation never overwrites a newer one (retries and
 /// replicas may deliver out of order); `first_seen` only moves back.
+///
+/// A GPU adopted from upstream gpuid's table (keyed by its board serial) is
+/// replaced by the first record with that serial, which inherits its
+/// `first_seen`, so the view never lists one GPU twice.
 pub(super) fn batch_statement(names: &PostgresNames) -> String {
     format!(
-        r#"WITH upserted AS (
+        r#"WITH adopted AS (
+    DELETE FROM {inventory} AS a
+    USING UNNEST($1::text[], $4::text[]) AS n(cluster, serial)
+    WHERE a.cluster = n.cluster AND a.gpu_key = '{adopted_prefix}' || n.serial
+    RETURNING a.cluster, a.serial, a.first_seen
+), upserted AS (
     INSERT INTO {inventory} AS t (cluster, gpu_key, gpu_uuid, serial, chassis_serial, node_name,
         node_uid, machine_id, source_pod, product_name, pci_bus_id, module_id, record,
         first_seen, last_seen)
     SELECT u.cluster, u.gpu_key, u.gpu_uuid, u.serial, u.chassis_serial, u.node_name,
         u.node_uid, u.machine_id, u.source_pod, u.product_name, u.pci_bus_id, u.module_id,
-        u.record, u.first_seen, u.last_seen
+        u.record,
+        LEAST(u.first_seen, (SELECT min(a.first_seen) FROM adopted AS a
+            WHERE a.cluster = u.cluster AND a.serial = u.serial)),
+        u.last_seen
     FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::int4[], $13::jsonb[],
         $14::timestamptz[], $15::timestamptz[])
@@ -60,6 +72,7 @@ pub(super) fn batch_statement(names: &PostgresNames) -> String {
 SELECT (SELECT count(*) FROM upserted) AS upserted, (SELECT count(*) FROM inserted) AS inserted"#,
         inventory = names.inventory,
         events = names.events,
+        adopted_prefix = super::adopt::ADOPTED_KEY_PREFIX,
     )
 }
 
