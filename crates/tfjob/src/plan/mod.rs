@@ -37,7 +37,10 @@ use failures::{Backoff, ExitCodeSet, FailedPod};
 pub struct PlanConfig {
     /// `CUSTOM_CLUSTER_DOMAIN`: appended to `TF_CONFIG` addresses.
     pub cluster_domain: Option<String>,
-    /// `cleanPodPolicy` of jobs that set none (`Running`: tf-operator parity).
+    /// `cleanPodPolicy` of jobs that set none. `None`, as training-operator
+    /// v1.7+ defaults it: pods of workers still running when the job ends
+    /// keep running, and with them the logs users read afterwards
+    /// (tf-operator's `Running` is one flag away).
     pub default_clean_pod_policy: CleanPodPolicy,
     /// Exit codes an `ExitCode` replica retries (default 128 and above).
     pub retryable_exit_codes: ExitCodeSet,
@@ -52,7 +55,7 @@ impl Default for PlanConfig {
     fn default() -> Self {
         Self {
             cluster_domain: None,
-            default_clean_pod_policy: CleanPodPolicy::Running,
+            default_clean_pod_policy: CleanPodPolicy::None,
             retryable_exit_codes: ExitCodeSet::default(),
             backoff: Backoff::default(),
             gang: None,

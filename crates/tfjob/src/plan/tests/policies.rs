@@ -216,6 +216,7 @@ fn container_restarts_count_towards_the_backoff_limit_once_per_pod_and_ps_restar
         ]),
         RunPolicy {
             backoff_limit: Some(4),
+            clean_pod_policy: Some(CleanPodPolicy::Running),
             ..RunPolicy::default()
         },
     );
@@ -403,7 +404,13 @@ fn ttl_0_deletes_a_job_whose_completion_time_has_passed() {
 #[test]
 fn clean_pod_policy_running_also_removes_the_services_of_pods_that_vanished_earlier() {
     // Upstream deleted Services only by the name of a pod it deleted (#1191).
-    let job = after_first_pass(&job(&[("Worker", 2, None), ("PS", 1, None)]));
+    let job = after_first_pass(&with_run_policy(
+        job(&[("Worker", 2, None), ("PS", 1, None)]),
+        RunPolicy {
+            clean_pod_policy: Some(CleanPodPolicy::Running),
+            ..RunPolicy::default()
+        },
+    ));
     let pods = pods_of(
         &job,
         &[
@@ -441,7 +448,35 @@ fn clean_pod_policy_none_keeps_every_pod_and_service() {
 }
 
 #[test]
-fn the_default_clean_pod_policy_is_the_operators_setting() {
+fn a_job_without_clean_pod_policy_keeps_the_pods_of_workers_still_running_when_the_chief_succeeds()
+{
+    // training-operator v1.9's default None: the running workers and the
+    // PS keep their pods (and logs); tf-operator deleted them (Running).
+    let job = after_first_pass(&job(&[
+        ("Chief", 1, None),
+        ("Worker", 2, None),
+        ("PS", 1, None),
+    ]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Chief", 0, "Succeeded", Some(0)),
+            ("Worker", 0, "Running", None),
+            ("Worker", 1, "Running", None),
+            ("PS", 0, "Running", None),
+        ],
+    );
+    let plan = run(&job, &pods, &all_services(&job));
+    assert_eq!(last_condition(&plan.status).type_, "Succeeded");
+    assert!(deleted_pods(&plan).is_empty() && deleted_services(&plan).is_empty());
+    // A later pass of the finished job deletes nothing either.
+    let finished = next(&job, &plan);
+    let later = run(&finished, &pods, &all_services(&finished));
+    assert!(deleted_pods(&later).is_empty() && deleted_services(&later).is_empty());
+}
+
+#[test]
+fn the_operators_default_clean_pod_policy_running_restores_tf_operators_deletes() {
     let job = after_first_pass(&job(&[("Worker", 1, None), ("PS", 1, None)]));
     let pods = pods_of(
         &job,
@@ -454,11 +489,11 @@ fn the_default_clean_pod_policy_is_the_operators_setting() {
     let services = all_services(&job);
     let service_refs: Vec<&Service> = services.iter().collect();
     let config = PlanConfig {
-        default_clean_pod_policy: CleanPodPolicy::None,
+        default_clean_pod_policy: CleanPodPolicy::Running,
         ..PlanConfig::default()
     };
     let plan = plan(&object(&job), &pod_refs, &service_refs, now(), &config);
-    assert!(deleted_pods(&plan).is_empty());
+    assert_eq!(deleted_pods(&plan), ["test-tfjob-ps-0"]);
 }
 
 // --- Success ----------------------------------------------------------------------

@@ -73,12 +73,11 @@ async fn a_dist_mnist_job_with_2_ps_and_4_workers_goes_created_running_succeeded
         ]
     );
     assert!(status.start_time.is_some() && status.completion_time.is_some());
-    // cleanPodPolicy defaults to Running: the PS pods go, the workers stay.
-    eventually("the PS pods are deleted", || async {
-        pod_phase(&cluster, "dist-mnist-ps-0").await.is_none()
-            && pod_phase(&cluster, "dist-mnist-ps-1").await.is_none()
-    })
-    .await;
+    // cleanPodPolicy defaults to None (training-operator v1.9): the PS
+    // pods keep running, the workers stay.
+    for ps in ["dist-mnist-ps-0", "dist-mnist-ps-1"] {
+        assert_eq!(pod_phase(&cluster, ps).await.as_deref(), Some("Running"));
+    }
     assert_eq!(
         pod_phase(&cluster, "dist-mnist-worker-0").await.as_deref(),
         Some("Succeeded")
