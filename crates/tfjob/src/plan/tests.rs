@@ -406,7 +406,7 @@ fn a_failed_exit_code_pod_with_a_retryable_code_produces_restarting_not_failed()
     assert_eq!(last.reason.as_deref(), Some("TFJobRestarting"));
     assert_eq!(
         last.message.as_deref(),
-        Some("TFJob test-tfjob is restarting because Chief replica(s) failed.")
+        Some("job test-tfjob is restarting because Chief replica(s) failed.")
     );
     assert!(!true_conditions(&plan.status).contains(&"Failed"));
     assert!(

@@ -103,6 +103,65 @@ fn a_replica_that_succeeded_is_never_re_run_after_its_pod_disappeared() {
 // --- Restart policies ---------------------------------------------------------
 
 #[test]
+fn failure_and_restart_conditions_carry_training_operator_v1_9s_reasons_and_messages() {
+    // (Backoff limit and deadline: their own tests below, same reason.)
+    let outcome = |policy: RestartPolicy, exit: i32| {
+        let job = after_first_pass(&job(&[("Worker", 1, Some(policy))]));
+        let pods = pods_of(&job, &[("Worker", 0, "Failed", Some(exit))]);
+        let plan = run(&job, &pods, &all_services(&job));
+        let last = last_condition(&plan.status).clone();
+        let event = plan
+            .events
+            .iter()
+            .find(|e| e.reason == last.reason.clone().unwrap_or_default())
+            .map(|e| e.message.clone());
+        (
+            last.type_,
+            last.reason.unwrap_or_default(),
+            last.message.unwrap_or_default(),
+            event,
+        )
+    };
+    let never = outcome(RestartPolicy::Never, 1);
+    assert_eq!(
+        (never.0.as_str(), never.1.as_str(), never.2.as_str()),
+        (
+            "Failed",
+            "TFJobFailed",
+            "TFJob default/test-tfjob has failed because 1 Worker replica(s) failed."
+        )
+    );
+    assert_eq!(
+        never.3.as_deref(),
+        Some(never.2.as_str()),
+        "the event says the same"
+    );
+    let permanent = outcome(RestartPolicy::ExitCode, 1);
+    assert_eq!(
+        (
+            permanent.0.as_str(),
+            permanent.1.as_str(),
+            permanent.2.as_str()
+        ),
+        (
+            "Failed",
+            "TFJobFailed",
+            r#"job "test-tfjob" is failing because "Worker" replica(s) failed."#
+        )
+    );
+    let retried = outcome(RestartPolicy::ExitCode, 137);
+    assert_eq!(
+        (retried.0.as_str(), retried.1.as_str(), retried.2.as_str()),
+        (
+            "Restarting",
+            "TFJobRestarting",
+            "job test-tfjob is restarting because Worker replica(s) failed."
+        )
+    );
+    assert_eq!(retried.3.as_deref(), Some(retried.2.as_str()));
+}
+
+#[test]
 fn an_exit_code_137_pod_is_re_created_and_its_failure_counted_once_per_pod_uid() {
     let job = after_first_pass(&job(&[("Worker", 1, Some(RestartPolicy::ExitCode))]));
     let failed = pods_of(&job, &[("Worker", 0, "Failed", Some(137))]);
@@ -190,7 +249,7 @@ fn backoff_limit_2_fails_the_job_on_the_third_counted_failure_with_the_upstream_
         assert_eq!(failed_now, attempt == 2, "failure {}", attempt + 1);
         if failed_now {
             let last = last_condition(&plan.status);
-            assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+            assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
             assert_eq!(
                 last.message.as_deref(),
                 Some(
@@ -303,7 +362,7 @@ fn past_its_deadline_a_job_fails_with_the_upstream_message_and_all_pods_go_with_
     let late = run_at(&job, &pods, &all_services(&job), at(2));
     let last = last_condition(&late.status);
     assert_eq!(last.type_, "Failed");
-    assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+    assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
     assert_eq!(
         last.message.as_deref(),
         Some("Job test-tfjob has failed because it was active longer than specified deadline")

@@ -37,7 +37,7 @@ async fn exit_code_137_restarts_the_replica_and_the_job_still_succeeds() {
     assert_eq!(last.reason.as_deref(), Some("TFJobRestarting"));
     assert_eq!(
         last.message.as_deref(),
-        Some("TFJob retry is restarting because Worker replica(s) failed.")
+        Some("job retry is restarting because Worker replica(s) failed.")
     );
     // What killed the container is gone (say, the OOM was fixed): the
     // re-created pod, made from the current template, exits 0.
@@ -70,11 +70,8 @@ async fn exit_1_under_exit_code_fails_the_job_with_the_upstream_reason_and_no_re
     let last = status.conditions.last().unwrap();
     assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
     assert_eq!(
-        last.message,
-        Some(format!(
-            "TFJob {}/fatal has failed because 1 Worker replica(s) failed.",
-            cluster.namespace
-        ))
+        last.message.as_deref(),
+        Some(r#"job "fatal" is failing because "Worker" replica(s) failed."#)
     );
     assert_eq!(status.replica_statuses["Worker"].failed, 1);
     assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 1);
@@ -114,7 +111,7 @@ async fn backoff_limit_2_fails_the_job_after_exactly_3_counted_failures() {
     .await;
     let status = wait_for_condition(&cluster, "flaky", "Failed").await;
     let last = status.conditions.last().unwrap();
-    assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+    assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
     assert_eq!(
         last.message.as_deref(),
         Some("Job flaky has failed because it has reached the specified backoff limit")
@@ -143,7 +140,7 @@ async fn a_deadline_of_5_seconds_fails_a_hanging_job_within_6_seconds() {
     wait_for_condition(&cluster, "hang", "Running").await;
     let status = wait_for_condition(&cluster, "hang", "Failed").await;
     let last = status.conditions.last().unwrap();
-    assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+    assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
     assert_eq!(
         last.message.as_deref(),
         Some("Job hang has failed because it was active longer than specified deadline")
@@ -505,7 +502,7 @@ async fn an_operator_restart_mid_backoff_neither_recounts_nor_rushes_the_re_crea
         &(
             "Failed".to_string(),
             "True".to_string(),
-            "JobFailed".to_string()
+            "TFJobFailed".to_string()
         )
     );
     assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 2);
@@ -566,7 +563,7 @@ async fn container_restarts_under_on_failure_count_towards_the_backoff_limit() {
     .await;
     let status = wait_for_condition(&cluster, "crashloop", "Failed").await;
     let last = status.conditions.last().unwrap();
-    assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+    assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
     assert_eq!(failures(&status), 2, "two restarts of one pod");
     assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 1);
     let pod: Pod = pods(&cluster).get("crashloop-worker-0").await.unwrap();
