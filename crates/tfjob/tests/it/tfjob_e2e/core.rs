@@ -348,3 +348,61 @@ async fn without_leader_election_the_operator_runs_jobs_and_takes_no_lease() {
     assert_eq!(ours, 0, "no Lease named after the test's operator");
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_selects_exactly_its_pod_by_training_operator_v1_9s_labels() {
+    let cluster = test_cluster("selector").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "sel",
+        json!({"tfReplicaSpecs": {"Worker": replica(2, None, 0), "PS": replica(1, None, 0)}}),
+    )
+    .await;
+    eventually("three Services exist", || async {
+        job_services(&cluster, "sel").await.len() == 3
+    })
+    .await;
+    for (service_name, rtype, index) in [
+        ("sel-worker-0", "worker", "0"),
+        ("sel-worker-1", "worker", "1"),
+        ("sel-ps-0", "ps", "0"),
+    ] {
+        let service = services(&cluster).get(service_name).await.unwrap();
+        let spec = service.spec.unwrap();
+        let selector = spec.selector.unwrap();
+        let expected: std::collections::BTreeMap<String, String> = [
+            ("training.kubeflow.org/operator-name", "tfjob-controller"),
+            ("training.kubeflow.org/job-name", "sel"),
+            ("training.kubeflow.org/replica-type", rtype),
+            ("training.kubeflow.org/replica-index", index),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(selector, expected, "{service_name}");
+        // Kept on purpose (README): peers resolve before they are ready.
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        // The API server's own label selection finds exactly its pod.
+        let text = selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let selected: Vec<String> = pods(&cluster)
+            .list(&kube::api::ListParams::default().labels(&text))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        assert_eq!(selected, [service_name]);
+        // The legacy set stays on pods and Services (README).
+        let labels = service.metadata.labels.unwrap();
+        for legacy in ["group-name", "job-name", "replica-type", "replica-index"] {
+            assert!(labels.contains_key(legacy), "{service_name} lacks {legacy}");
+        }
+    }
+    operator.stop().await;
+}
