@@ -645,6 +645,106 @@ fn suspending_a_running_job_deletes_its_pods_and_resuming_resets_start_time_and_
 }
 
 #[test]
+fn suspend_toggled_true_false_true_three_times_writes_training_operators_conditions_each_cycle() {
+    // Each cycle ends exactly as training-operator v1.9 leaves it: no
+    // condition twice, Failed never, nothing counted towards backoff, one
+    // Suspended and one Resumed event per transition, startTime reset on
+    // every resume, every pod and Service deleted on every suspend.
+    let triples = |plan: &Plan| -> Vec<(String, String, String)> {
+        plan.status
+            .conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let expect = |list: &[(&str, &str, &str)]| -> Vec<(String, String, String)> {
+        list.iter()
+            .map(|(t, s, r)| (t.to_string(), s.to_string(), r.to_string()))
+            .collect()
+    };
+    let events =
+        |plan: &Plan, reason: &str| plan.events.iter().filter(|e| e.reason == reason).count();
+    let mut job = after_first_pass(&job(&[("Worker", 2, None)]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Running", None),
+            ("Worker", 1, "Running", None),
+        ],
+    );
+    let running = run(&job, &pods, &all_services(&job));
+    job = next(&job, &running);
+    for cycle in 0..3 {
+        let t = 100 * i64::from(cycle);
+        job = suspended(job, true);
+        let pause = run_at(&job, &pods, &all_services(&job), at(t + 10));
+        assert_eq!(
+            triples(&pause),
+            expect(&[
+                ("Created", "True", "TFJobCreated"),
+                ("Running", "False", "TFJobSuspended"),
+                ("Suspended", "True", "TFJobSuspended"),
+            ]),
+            "cycle {cycle}: suspended"
+        );
+        let suspended_condition = pause.status.conditions.last().unwrap();
+        assert_eq!(
+            suspended_condition.message.as_deref(),
+            Some("TFJob test-tfjob is suspended.")
+        );
+        assert_eq!(deleted_pods(&pause).len(), 2, "cycle {cycle}");
+        assert_eq!(deleted_services(&pause).len(), 2, "cycle {cycle}");
+        assert_eq!(events(&pause, "TFJobSuspended"), 1);
+        job = next(&job, &pause);
+        // A second pass while still suspended (its pods gone) changes nothing.
+        let still = run_at(&job, &[], &[], at(t + 20));
+        assert!(
+            !still.status_changed && still.events.is_empty(),
+            "cycle {cycle}"
+        );
+        assert!(created_pods(&still).is_empty());
+
+        job = suspended(job, false);
+        let resume = run_at(&job, &[], &[], at(t + 30));
+        assert_eq!(
+            triples(&resume),
+            expect(&[
+                ("Created", "True", "TFJobCreated"),
+                ("Running", "False", "TFJobSuspended"),
+                ("Suspended", "False", "TFJobResumed"),
+            ]),
+            "cycle {cycle}: resumed"
+        );
+        assert_eq!(
+            resume.status.conditions.last().unwrap().message.as_deref(),
+            Some("TFJob test-tfjob is resumed.")
+        );
+        assert_eq!(resume.status.start_time, Some(Time(at(t + 30))));
+        assert_eq!(created_pods(&resume).len(), 2, "cycle {cycle}");
+        assert_eq!(events(&resume, "TFJobResumed"), 1);
+        job = next(&job, &resume);
+        let again = run_at(&job, &pods, &all_services(&job), at(t + 40));
+        assert_eq!(
+            triples(&again),
+            expect(&[
+                ("Created", "True", "TFJobCreated"),
+                ("Suspended", "False", "TFJobResumed"),
+                ("Running", "True", "TFJobRunning"),
+            ]),
+            "cycle {cycle}: running again"
+        );
+        assert_eq!(failures(&again), 0, "suspension is no failure");
+        job = next(&job, &again);
+    }
+}
+
+#[test]
 fn a_job_managed_by_another_controller_is_never_reconciled() {
     // training-operator's `runPolicy.managedBy`: a job another controller
     // manages is left entirely alone.

@@ -467,6 +467,90 @@ async fn suspend_deletes_running_pods_and_resume_recreates_them_with_the_kueue_q
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_toggled_true_false_true_repeatedly_converges_with_training_operators_conditions() {
+    let cluster = test_cluster("toggle").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "toggled",
+        json!({"tfReplicaSpecs": {"PS": replica(1, None, 0), "Worker": replica(2, None, 0)}}),
+    )
+    .await;
+    wait_for_condition(&cluster, "toggled", "Running").await;
+    // Faster than the operator can finish a pass's deletes or creates.
+    for _ in 0..4 {
+        patch_spec(&cluster, "toggled", json!({"runPolicy": {"suspend": true}})).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        patch_spec(
+            &cluster,
+            "toggled",
+            json!({"runPolicy": {"suspend": false}}),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    patch_spec(&cluster, "toggled", json!({"runPolicy": {"suspend": true}})).await;
+    eventually("suspended with no pod and no Service", || async {
+        let current = status(&cluster, "toggled").await;
+        true_types(&current).contains(&"Suspended".to_string())
+            && job_pods(&cluster, "toggled").await.is_empty()
+            && job_services(&cluster, "toggled").await.is_empty()
+    })
+    .await;
+    let paused = status(&cluster, "toggled").await;
+    let triple = |t: &str, s: &str, r: &str| (t.to_string(), s.to_string(), r.to_string());
+    assert_eq!(
+        condition_triples(&paused),
+        [
+            triple("Created", "True", "TFJobCreated"),
+            triple("Running", "False", "TFJobSuspended"),
+            triple("Suspended", "True", "TFJobSuspended"),
+        ]
+    );
+    assert_eq!(
+        paused.conditions.last().unwrap().message.as_deref(),
+        Some("TFJob toggled is suspended.")
+    );
+    assert!(paused.replica_statuses.values().all(|r| r.active == 0));
+    assert_eq!(
+        failures(&paused),
+        0,
+        "deletes by suspension are no failures"
+    );
+
+    patch_spec(
+        &cluster,
+        "toggled",
+        json!({"runPolicy": {"suspend": false}}),
+    )
+    .await;
+    eventually("three pods run again and the job is Running", || async {
+        let current = status(&cluster, "toggled").await;
+        let pods = job_pods(&cluster, "toggled").await;
+        let mut running = 0;
+        for (name, _) in &pods {
+            if pod_phase(&cluster, name).await.as_deref() == Some("Running") {
+                running += 1;
+            }
+        }
+        running == 3 && true_types(&current).contains(&"Running".to_string())
+    })
+    .await;
+    let resumed = status(&cluster, "toggled").await;
+    assert_eq!(
+        condition_triples(&resumed),
+        [
+            triple("Created", "True", "TFJobCreated"),
+            triple("Suspended", "False", "TFJobResumed"),
+            triple("Running", "True", "TFJobRunning"),
+        ]
+    );
+    assert_eq!(failures(&resumed), 0);
+    assert_eq!(job_services(&cluster, "toggled").await.len(), 3);
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_restart_mid_backoff_neither_recounts_nor_rushes_the_re_creation() {
     let cluster = test_cluster("mid-backoff").await;
     let slow = |config: &mut tfjob::run::OperatorConfig| {
@@ -539,10 +623,30 @@ async fn a_job_managed_by_multikueue_is_left_alone_and_one_managed_by_training_o
     .await;
     // Once "here" is done, the operator has long seen "elsewhere" too.
     wait_for_condition(&cluster, "here", "Succeeded").await;
+    // A change to it (as MultiKueue's admission would make) is not acted on
+    // either.
+    patch_spec(
+        &cluster,
+        "elsewhere",
+        json!({"runPolicy": {"suspend": false}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let untouched = jobs(&cluster).get("elsewhere").await.unwrap();
     assert!(untouched.status.is_null(), "{:?}", untouched.status);
     assert_eq!(job_pods(&cluster, "elsewhere").await, []);
     assert_eq!(job_services(&cluster, "elsewhere").await, []);
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let about_elsewhere = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("elsewhere"))
+        .count();
+    assert_eq!(about_elsewhere, 0, "no event about a job managed elsewhere");
     operator.stop().await;
 }
 
