@@ -815,9 +815,7 @@ fn publish_planned(
     }
     match planned.reason.as_str() {
         conditions::REASON_SUCCEEDED => ctx.metrics.jobs_successful.inc(namespace),
-        conditions::REASON_FAILED | conditions::REASON_JOB_FAILED => {
-            ctx.metrics.jobs_failed.inc(namespace)
-        }
+        conditions::REASON_FAILED => ctx.metrics.jobs_failed.inc(namespace),
         conditions::REASON_RESTARTING => ctx.metrics.jobs_restarted.inc(namespace),
         _ => {}
     }

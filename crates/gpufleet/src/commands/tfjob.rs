@@ -114,9 +114,9 @@ pub struct RunArgs {
     /// Name of the Lease.
     #[arg(long, default_value = "tf-operator")]
     pub leader_election_id: String,
-    /// cleanPodPolicy of jobs that set none (Running: tf-operator parity,
-    /// None: training-operator parity).
-    #[arg(long, value_enum, ignore_case = true, default_value_t = CleanPodPolicyArg::Running)]
+    /// cleanPodPolicy of jobs that set none (None: training-operator v1.7+
+    /// parity, the default; Running: tf-operator's old default).
+    #[arg(long, value_enum, ignore_case = true, default_value_t = CleanPodPolicyArg::None)]
     pub default_clean_pod_policy: CleanPodPolicyArg,
     /// Exit codes an `ExitCode` replica retries: codes and ranges, `N-`
     /// meaning N and above.
@@ -471,6 +471,20 @@ mod tests {
         assert_eq!(config.plan.default_clean_pod_policy, CleanPodPolicy::None);
         assert!(config.plan.retryable_exit_codes.contains(137));
         assert!(!config.plan.retryable_exit_codes.contains(255));
+    }
+
+    #[test]
+    fn the_default_clean_pod_policy_is_none_and_the_flag_still_restores_running() {
+        let defaults = parse(&["gpufleet", "tfjob"]).operator_config().unwrap();
+        assert_eq!(
+            defaults.plan.default_clean_pod_policy,
+            CleanPodPolicy::None,
+            "training-operator v1.9's default"
+        );
+        let old = parse(&["gpufleet", "tfjob", "--default-clean-pod-policy=Running"])
+            .operator_config()
+            .unwrap();
+        assert_eq!(old.plan.default_clean_pod_policy, CleanPodPolicy::Running);
     }
 
     #[test]

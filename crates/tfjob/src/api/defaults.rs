@@ -196,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tfjob_with_no_clean_pod_policy_behaves_as_running_and_an_explicit_all_is_kept() {
+    fn a_tfjob_with_no_clean_pod_policy_takes_the_operators_default_and_an_explicit_all_is_kept() {
         let job = worker_spec(ReplicaSpec::default());
         assert_eq!(
             apply(&job, CleanPodPolicy::Running).clean_pod_policy,

@@ -83,7 +83,8 @@ pub fn build_pod(
 }
 
 /// The headless Service of replica `index`; `publishNotReadyAddresses` so
-/// peers resolve each other before they are ready (upstream #1458).
+/// peers resolve each other before they are ready (upstream #1458; kept
+/// on purpose, README: differences from upstream).
 pub fn build_service(
     job: &TFJob,
     spec: &EffectiveSpec,
@@ -267,7 +268,7 @@ mod tests {
     }
 
     #[test]
-    fn each_service_is_headless_publishes_not_ready_addresses_and_selects_its_pod() {
+    fn each_service_is_headless_publishes_not_ready_addresses_and_names_the_tfjob_port() {
         let job = job(&[("Worker", 2, None)]);
         let spec = apply(&job, CleanPodPolicy::Running);
         let service = build_service(&job, &spec, &ReplicaType::Worker, 1);
@@ -280,14 +281,46 @@ mod tests {
         let svc = service.spec.unwrap();
         assert_eq!(svc.cluster_ip.as_deref(), Some("None"));
         assert_eq!(svc.publish_not_ready_addresses, Some(true));
-        let selector = svc.selector.unwrap();
-        assert_eq!(selector.len(), 4);
-        assert_eq!(selector["replica-index"], "1");
         let port = &svc.ports.unwrap()[0];
         assert_eq!(
             (port.name.as_deref(), port.port),
             (Some("tfjob-port"), 2222)
         );
         assert_eq!(port.target_port, None);
+    }
+
+    #[test]
+    fn a_service_selects_its_pod_by_training_operator_v1_9s_four_labels_only() {
+        let job = job(&[("Worker", 2, None)]);
+        let spec = apply(&job, CleanPodPolicy::Running);
+        let service = build_service(&job, &spec, &ReplicaType::Worker, 1);
+        let selector = service.spec.unwrap().selector.unwrap();
+        let expected: BTreeMap<String, String> = [
+            ("training.kubeflow.org/operator-name", "tfjob-controller"),
+            ("training.kubeflow.org/job-name", "test-tfjob"),
+            ("training.kubeflow.org/replica-type", "worker"),
+            ("training.kubeflow.org/replica-index", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(selector, expected);
+        // Its pod carries them (and the legacy set besides); the other
+        // worker does not match.
+        let pod_labels = |index| {
+            build_pod(&job, &spec, &ReplicaType::Worker, index, None)
+                .0
+                .metadata
+                .labels
+                .unwrap()
+        };
+        let matches = |labels: &BTreeMap<String, String>| {
+            selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        };
+        assert!(matches(&pod_labels(1)));
+        assert!(!matches(&pod_labels(0)));
+        for legacy in ["group-name", "job-name", "replica-type", "replica-index"] {
+            assert!(pod_labels(1).contains_key(legacy), "{legacy}");
+        }
     }
 }

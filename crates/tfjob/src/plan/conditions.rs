@@ -21,11 +21,12 @@ pub const REASON_CREATED: &str = "TFJobCreated";
 pub const REASON_RUNNING: &str = "TFJobRunning";
 pub const REASON_RESTARTING: &str = "TFJobRestarting";
 pub const REASON_SUCCEEDED: &str = "TFJobSucceeded";
+/// Reason of every Failed but an invalid spec: a replica failed, the
+/// backoff limit, the deadline, the PodGroup timeout. training-operator
+/// v1.9 writes kind + `Failed` for all of them (tf-operator wrote
+/// `JobFailed` for the limits, which clients matching v1.9 miss).
 pub const REASON_FAILED: &str = "TFJobFailed";
 pub const REASON_INVALID_SPEC: &str = "InvalidTFJobSpec";
-/// Reason of Failed for the backoff limit and the deadline (tf-operator's;
-/// training-operator reuses `TFJobFailed`).
-pub const REASON_JOB_FAILED: &str = "JobFailed";
 pub const REASON_SUSPENDED: &str = "TFJobSuspended";
 pub const REASON_RESUMED: &str = "TFJobResumed";
 
@@ -45,9 +46,16 @@ pub fn succeeded_message(namespace: &str, name: &str) -> String {
 pub fn failed_message(namespace: &str, name: &str, failed: i32, rtype: &str) -> String {
     format!("TFJob {namespace}/{name} has failed because {failed} {rtype} replica(s) failed.")
 }
-/// `TFJob {name} is restarting because {RType} replica(s) failed.`
+/// `job {name} is restarting because {RType} replica(s) failed.`
+/// (training-operator v1.9's words; tf-operator began with `TFJob`).
 pub fn restarting_message(name: &str, rtype: &str) -> String {
-    format!("TFJob {name} is restarting because {rtype} replica(s) failed.")
+    format!("job {name} is restarting because {rtype} replica(s) failed.")
+}
+/// `job "{name}" is failing because "{RType}" replica(s) failed.`: an
+/// `ExitCode` replica ended with a permanent code (training-operator v1.9
+/// writes this one, quoted, before its generic replica-failure message).
+pub fn exit_code_failed_message(name: &str, rtype: &str) -> String {
+    format!("job \"{name}\" is failing because \"{rtype}\" replica(s) failed.")
 }
 /// `Job {name} has failed because it has reached the specified backoff limit`
 pub fn backoff_limit_message(name: &str) -> String {

@@ -27,7 +27,7 @@ use crate::api::defaults::{self, EffectiveSpec, SuccessPolicy};
 use crate::api::validate::validate;
 use crate::api::{
     BackoffStatus, CONTAINER_NAME, CleanPodPolicy, JobStatus, MANAGED_BY_OPERATOR, ReplicaStatus,
-    ReplicaType, TFJob, TFJobObject,
+    ReplicaType, RestartPolicy, TFJob, TFJobObject,
 };
 use conditions as cond;
 use failures::{Backoff, ExitCodeSet, FailedPod};
@@ -37,7 +37,10 @@ use failures::{Backoff, ExitCodeSet, FailedPod};
 pub struct PlanConfig {
     /// `CUSTOM_CLUSTER_DOMAIN`: appended to `TF_CONFIG` addresses.
     pub cluster_domain: Option<String>,
-    /// `cleanPodPolicy` of jobs that set none (`Running`: tf-operator parity).
+    /// `cleanPodPolicy` of jobs that set none. `None`, as training-operator
+    /// v1.7+ defaults it: pods of workers still running when the job ends
+    /// keep running, and with them the logs users read afterwards
+    /// (tf-operator's `Running` is one flag away).
     pub default_clean_pod_policy: CleanPodPolicy,
     /// Exit codes an `ExitCode` replica retries (default 128 and above).
     pub retryable_exit_codes: ExitCodeSet,
@@ -52,7 +55,7 @@ impl Default for PlanConfig {
     fn default() -> Self {
         Self {
             cluster_domain: None,
-            default_clean_pod_policy: CleanPodPolicy::Running,
+            default_clean_pod_policy: CleanPodPolicy::None,
             retryable_exit_codes: ExitCodeSet::default(),
             backoff: Backoff::default(),
             gang: None,
@@ -345,6 +348,9 @@ struct Observed<'p> {
     retries: Vec<&'p Pod>,
     /// Whether a pod of this type is being retried (for Restarting).
     restarting: bool,
+    /// Whether a pod failed for good under `restartPolicy: ExitCode` (a
+    /// permanent exit code), which upstream reports in its own words.
+    failed_by_exit_code: bool,
     /// Pods above `replicas` (scale-down).
     surplus: Vec<&'p Pod>,
 }
@@ -749,7 +755,11 @@ impl Planner<'_> {
                             seen.retries.push(pod);
                         }
                     }
-                    FailedPod::Permanent => seen.counts.failed += 1,
+                    FailedPod::Permanent => {
+                        seen.counts.failed += 1;
+                        seen.failed_by_exit_code |=
+                            replica.restart_policy == RestartPolicy::ExitCode;
+                    }
                 },
                 _ => {}
             }
@@ -824,7 +834,7 @@ impl Planner<'_> {
             let due = add_duration(&start, deadline.max(0));
             if self.now.0 >= due {
                 return Verdict::Failed {
-                    reason: cond::REASON_JOB_FAILED,
+                    reason: cond::REASON_FAILED,
                     message: cond::deadline_message(&name),
                 };
             }
@@ -834,7 +844,7 @@ impl Planner<'_> {
             let failures = self.status.backoff.as_ref().map_or(0, |b| b.failures);
             if failures > limit.max(0) {
                 return Verdict::Failed {
-                    reason: cond::REASON_JOB_FAILED,
+                    reason: cond::REASON_FAILED,
                     message: cond::backoff_limit_message(&name),
                 };
             }
@@ -847,14 +857,14 @@ impl Planner<'_> {
             .iter()
             .find(|(rtype, seen)| rtype.is_known() && seen.counts.failed > 0)
         {
+            let message = if seen.failed_by_exit_code {
+                cond::exit_code_failed_message(&name, rtype.canonical())
+            } else {
+                cond::failed_message(&namespace, &name, seen.counts.failed, rtype.canonical())
+            };
             return Verdict::Failed {
                 reason: cond::REASON_FAILED,
-                message: cond::failed_message(
-                    &namespace,
-                    &name,
-                    seen.counts.failed,
-                    rtype.canonical(),
-                ),
+                message,
             };
         }
         if self.is_successful(observed) {
@@ -891,7 +901,7 @@ impl Planner<'_> {
             .unwrap_or(jiff::Timestamp::MAX);
         if self.now.0 >= due {
             return Some(Verdict::Failed {
-                reason: cond::REASON_JOB_FAILED,
+                reason: cond::REASON_FAILED,
                 message: cond::scheduling_timeout_message(self.name(), seconds),
             });
         }

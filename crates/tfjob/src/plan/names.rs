@@ -70,17 +70,20 @@ pub fn replica_labels(
     labels
 }
 
-/// The labels a Service selects its pod by (upstream's four short ones).
+/// The labels a Service selects its pod by: training-operator v1.9's
+/// four `training.kubeflow.org/*` ones, so a Service and the pods it
+/// selects read the same as v1.9's (the short set is on the pods too, but
+/// selecting on it would make a Service v1.9 would never have written).
 pub fn service_selector(
     job: &str,
     replica_type: &ReplicaType,
     index: i32,
 ) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (LABEL_GROUP_NAME.to_string(), GROUP_NAME.to_string()),
-        (LABEL_JOB_NAME.to_string(), job_label_value(job)),
-        (LABEL_REPLICA_TYPE.to_string(), replica_type.lower()),
-        (LABEL_REPLICA_INDEX.to_string(), index.to_string()),
+        (LABEL_OPERATOR_NAME.to_string(), OPERATOR_NAME.to_string()),
+        (LABEL_FQ_JOB_NAME.to_string(), job_label_value(job)),
+        (LABEL_FQ_REPLICA_TYPE.to_string(), replica_type.lower()),
+        (LABEL_FQ_REPLICA_INDEX.to_string(), index.to_string()),
     ])
 }
 

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::*;
-use crate::api::{ReplicaSpec, RestartPolicy, TFJobSpec};
+use crate::api::{ReplicaSpec, RestartPolicy, RunPolicy, TFJobSpec};
 use crate::testing::{job_with, tf_template};
 
 fn now() -> jiff::Timestamp {
@@ -32,6 +32,15 @@ fn job(types: &[(&str, i32, Option<RestartPolicy>)]) -> TFJob {
         ),
         ..TFJobSpec::default()
     })
+}
+
+/// `job` with `runPolicy.cleanPodPolicy` set (the default is `None`).
+fn with_clean_pod_policy(mut job: TFJob, policy: CleanPodPolicy) -> TFJob {
+    job.spec
+        .run_policy
+        .get_or_insert_with(RunPolicy::default)
+        .clean_pod_policy = Some(policy);
+    job
 }
 
 fn object(job: &TFJob) -> TFJobObject {
@@ -397,7 +406,7 @@ fn a_failed_exit_code_pod_with_a_retryable_code_produces_restarting_not_failed()
     assert_eq!(last.reason.as_deref(), Some("TFJobRestarting"));
     assert_eq!(
         last.message.as_deref(),
-        Some("TFJob test-tfjob is restarting because Chief replica(s) failed.")
+        Some("job test-tfjob is restarting because Chief replica(s) failed.")
     );
     assert!(!true_conditions(&plan.status).contains(&"Failed"));
     assert!(
@@ -409,7 +418,10 @@ fn a_failed_exit_code_pod_with_a_retryable_code_produces_restarting_not_failed()
 
 #[test]
 fn a_failed_exit_code_pod_with_a_permanent_code_sets_the_job_failed() {
-    let job = after_first_pass(&job(&[("Worker", 2, Some(RestartPolicy::ExitCode))]));
+    let job = after_first_pass(&with_clean_pod_policy(
+        job(&[("Worker", 2, Some(RestartPolicy::ExitCode))]),
+        CleanPodPolicy::Running,
+    ));
     let pods = pods_of(
         &job,
         &[
@@ -420,7 +432,7 @@ fn a_failed_exit_code_pod_with_a_permanent_code_sets_the_job_failed() {
     let plan = run(&job, &pods, &all_services(&job));
     assert_eq!(last_condition(&plan.status).type_, "Failed");
     // The failed pod is not restarted; in the same pass cleanPodPolicy
-    // (default Running) removes the still-running worker.
+    // Running removes the still-running worker.
     assert_eq!(deleted_pods(&plan), ["test-tfjob-worker-1"]);
 }
 
@@ -797,7 +809,10 @@ fn a_ps_only_job_never_succeeds() {
 
 #[test]
 fn a_finished_job_creates_nothing_and_with_policy_running_deletes_running_and_pending_pods_only() {
-    let job = job(&[("Worker", 2, None), ("PS", 2, None)]);
+    let job = with_clean_pod_policy(
+        job(&[("Worker", 2, None), ("PS", 2, None)]),
+        CleanPodPolicy::Running,
+    );
     let finished = {
         let pods = pods_of(
             &job,

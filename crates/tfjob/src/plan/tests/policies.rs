@@ -103,6 +103,65 @@ fn a_replica_that_succeeded_is_never_re_run_after_its_pod_disappeared() {
 // --- Restart policies ---------------------------------------------------------
 
 #[test]
+fn failure_and_restart_conditions_carry_training_operator_v1_9s_reasons_and_messages() {
+    // (Backoff limit and deadline: their own tests below, same reason.)
+    let outcome = |policy: RestartPolicy, exit: i32| {
+        let job = after_first_pass(&job(&[("Worker", 1, Some(policy))]));
+        let pods = pods_of(&job, &[("Worker", 0, "Failed", Some(exit))]);
+        let plan = run(&job, &pods, &all_services(&job));
+        let last = last_condition(&plan.status).clone();
+        let event = plan
+            .events
+            .iter()
+            .find(|e| e.reason == last.reason.clone().unwrap_or_default())
+            .map(|e| e.message.clone());
+        (
+            last.type_,
+            last.reason.unwrap_or_default(),
+            last.message.unwrap_or_default(),
+            event,
+        )
+    };
+    let never = outcome(RestartPolicy::Never, 1);
+    assert_eq!(
+        (never.0.as_str(), never.1.as_str(), never.2.as_str()),
+        (
+            "Failed",
+            "TFJobFailed",
+            "TFJob default/test-tfjob has failed because 1 Worker replica(s) failed."
+        )
+    );
+    assert_eq!(
+        never.3.as_deref(),
+        Some(never.2.as_str()),
+        "the event says the same"
+    );
+    let permanent = outcome(RestartPolicy::ExitCode, 1);
+    assert_eq!(
+        (
+            permanent.0.as_str(),
+            permanent.1.as_str(),
+            permanent.2.as_str()
+        ),
+        (
+            "Failed",
+            "TFJobFailed",
+            r#"job "test-tfjob" is failing because "Worker" replica(s) failed."#
+        )
+    );
+    let retried = outcome(RestartPolicy::ExitCode, 137);
+    assert_eq!(
+        (retried.0.as_str(), retried.1.as_str(), retried.2.as_str()),
+        (
+            "Restarting",
+            "TFJobRestarting",
+            "job test-tfjob is restarting because Worker replica(s) failed."
+        )
+    );
+    assert_eq!(retried.3.as_deref(), Some(retried.2.as_str()));
+}
+
+#[test]
 fn an_exit_code_137_pod_is_re_created_and_its_failure_counted_once_per_pod_uid() {
     let job = after_first_pass(&job(&[("Worker", 1, Some(RestartPolicy::ExitCode))]));
     let failed = pods_of(&job, &[("Worker", 0, "Failed", Some(137))]);
@@ -190,7 +249,7 @@ fn backoff_limit_2_fails_the_job_on_the_third_counted_failure_with_the_upstream_
         assert_eq!(failed_now, attempt == 2, "failure {}", attempt + 1);
         if failed_now {
             let last = last_condition(&plan.status);
-            assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+            assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
             assert_eq!(
                 last.message.as_deref(),
                 Some(
@@ -216,6 +275,7 @@ fn container_restarts_count_towards_the_backoff_limit_once_per_pod_and_ps_restar
         ]),
         RunPolicy {
             backoff_limit: Some(4),
+            clean_pod_policy: Some(CleanPodPolicy::Running),
             ..RunPolicy::default()
         },
     );
@@ -302,7 +362,7 @@ fn past_its_deadline_a_job_fails_with_the_upstream_message_and_all_pods_go_with_
     let late = run_at(&job, &pods, &all_services(&job), at(2));
     let last = last_condition(&late.status);
     assert_eq!(last.type_, "Failed");
-    assert_eq!(last.reason.as_deref(), Some("JobFailed"));
+    assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
     assert_eq!(
         last.message.as_deref(),
         Some("Job test-tfjob has failed because it was active longer than specified deadline")
@@ -403,7 +463,13 @@ fn ttl_0_deletes_a_job_whose_completion_time_has_passed() {
 #[test]
 fn clean_pod_policy_running_also_removes_the_services_of_pods_that_vanished_earlier() {
     // Upstream deleted Services only by the name of a pod it deleted (#1191).
-    let job = after_first_pass(&job(&[("Worker", 2, None), ("PS", 1, None)]));
+    let job = after_first_pass(&with_run_policy(
+        job(&[("Worker", 2, None), ("PS", 1, None)]),
+        RunPolicy {
+            clean_pod_policy: Some(CleanPodPolicy::Running),
+            ..RunPolicy::default()
+        },
+    ));
     let pods = pods_of(
         &job,
         &[
@@ -441,7 +507,35 @@ fn clean_pod_policy_none_keeps_every_pod_and_service() {
 }
 
 #[test]
-fn the_default_clean_pod_policy_is_the_operators_setting() {
+fn a_job_without_clean_pod_policy_keeps_the_pods_of_workers_still_running_when_the_chief_succeeds()
+{
+    // training-operator v1.9's default None: the running workers and the
+    // PS keep their pods (and logs); tf-operator deleted them (Running).
+    let job = after_first_pass(&job(&[
+        ("Chief", 1, None),
+        ("Worker", 2, None),
+        ("PS", 1, None),
+    ]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Chief", 0, "Succeeded", Some(0)),
+            ("Worker", 0, "Running", None),
+            ("Worker", 1, "Running", None),
+            ("PS", 0, "Running", None),
+        ],
+    );
+    let plan = run(&job, &pods, &all_services(&job));
+    assert_eq!(last_condition(&plan.status).type_, "Succeeded");
+    assert!(deleted_pods(&plan).is_empty() && deleted_services(&plan).is_empty());
+    // A later pass of the finished job deletes nothing either.
+    let finished = next(&job, &plan);
+    let later = run(&finished, &pods, &all_services(&finished));
+    assert!(deleted_pods(&later).is_empty() && deleted_services(&later).is_empty());
+}
+
+#[test]
+fn the_operators_default_clean_pod_policy_running_restores_tf_operators_deletes() {
     let job = after_first_pass(&job(&[("Worker", 1, None), ("PS", 1, None)]));
     let pods = pods_of(
         &job,
@@ -454,11 +548,11 @@ fn the_default_clean_pod_policy_is_the_operators_setting() {
     let services = all_services(&job);
     let service_refs: Vec<&Service> = services.iter().collect();
     let config = PlanConfig {
-        default_clean_pod_policy: CleanPodPolicy::None,
+        default_clean_pod_policy: CleanPodPolicy::Running,
         ..PlanConfig::default()
     };
     let plan = plan(&object(&job), &pod_refs, &service_refs, now(), &config);
-    assert!(deleted_pods(&plan).is_empty());
+    assert_eq!(deleted_pods(&plan), ["test-tfjob-ps-0"]);
 }
 
 // --- Success ----------------------------------------------------------------------
@@ -548,6 +642,106 @@ fn suspending_a_running_job_deletes_its_pods_and_resuming_resets_start_time_and_
     assert_eq!(resume.status.start_time, Some(Time(at(60))));
     assert_eq!(created_pods(&resume).len(), 2);
     assert!(resume.events.iter().any(|e| e.reason == "TFJobResumed"));
+}
+
+#[test]
+fn suspend_toggled_true_false_true_three_times_writes_training_operators_conditions_each_cycle() {
+    // Each cycle ends exactly as training-operator v1.9 leaves it: no
+    // condition twice, Failed never, nothing counted towards backoff, one
+    // Suspended and one Resumed event per transition, startTime reset on
+    // every resume, every pod and Service deleted on every suspend.
+    let triples = |plan: &Plan| -> Vec<(String, String, String)> {
+        plan.status
+            .conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let expect = |list: &[(&str, &str, &str)]| -> Vec<(String, String, String)> {
+        list.iter()
+            .map(|(t, s, r)| (t.to_string(), s.to_string(), r.to_string()))
+            .collect()
+    };
+    let events =
+        |plan: &Plan, reason: &str| plan.events.iter().filter(|e| e.reason == reason).count();
+    let mut job = after_first_pass(&job(&[("Worker", 2, None)]));
+    let pods = pods_of(
+        &job,
+        &[
+            ("Worker", 0, "Running", None),
+            ("Worker", 1, "Running", None),
+        ],
+    );
+    let running = run(&job, &pods, &all_services(&job));
+    job = next(&job, &running);
+    for cycle in 0..3 {
+        let t = 100 * i64::from(cycle);
+        job = suspended(job, true);
+        let pause = run_at(&job, &pods, &all_services(&job), at(t + 10));
+        assert_eq!(
+            triples(&pause),
+            expect(&[
+                ("Created", "True", "TFJobCreated"),
+                ("Running", "False", "TFJobSuspended"),
+                ("Suspended", "True", "TFJobSuspended"),
+            ]),
+            "cycle {cycle}: suspended"
+        );
+        let suspended_condition = pause.status.conditions.last().unwrap();
+        assert_eq!(
+            suspended_condition.message.as_deref(),
+            Some("TFJob test-tfjob is suspended.")
+        );
+        assert_eq!(deleted_pods(&pause).len(), 2, "cycle {cycle}");
+        assert_eq!(deleted_services(&pause).len(), 2, "cycle {cycle}");
+        assert_eq!(events(&pause, "TFJobSuspended"), 1);
+        job = next(&job, &pause);
+        // A second pass while still suspended (its pods gone) changes nothing.
+        let still = run_at(&job, &[], &[], at(t + 20));
+        assert!(
+            !still.status_changed && still.events.is_empty(),
+            "cycle {cycle}"
+        );
+        assert!(created_pods(&still).is_empty());
+
+        job = suspended(job, false);
+        let resume = run_at(&job, &[], &[], at(t + 30));
+        assert_eq!(
+            triples(&resume),
+            expect(&[
+                ("Created", "True", "TFJobCreated"),
+                ("Running", "False", "TFJobSuspended"),
+                ("Suspended", "False", "TFJobResumed"),
+            ]),
+            "cycle {cycle}: resumed"
+        );
+        assert_eq!(
+            resume.status.conditions.last().unwrap().message.as_deref(),
+            Some("TFJob test-tfjob is resumed.")
+        );
+        assert_eq!(resume.status.start_time, Some(Time(at(t + 30))));
+        assert_eq!(created_pods(&resume).len(), 2, "cycle {cycle}");
+        assert_eq!(events(&resume, "TFJobResumed"), 1);
+        job = next(&job, &resume);
+        let again = run_at(&job, &pods, &all_services(&job), at(t + 40));
+        assert_eq!(
+            triples(&again),
+            expect(&[
+                ("Created", "True", "TFJobCreated"),
+                ("Suspended", "False", "TFJobResumed"),
+                ("Running", "True", "TFJobRunning"),
+            ]),
+            "cycle {cycle}: running again"
+        );
+        assert_eq!(failures(&again), 0, "suspension is no failure");
+        job = next(&job, &again);
+    }
 }
 
 #[test]

@@ -73,12 +73,11 @@ async fn a_dist_mnist_job_with_2_ps_and_4_workers_goes_created_running_succeeded
         ]
     );
     assert!(status.start_time.is_some() && status.completion_time.is_some());
-    // cleanPodPolicy defaults to Running: the PS pods go, the workers stay.
-    eventually("the PS pods are deleted", || async {
-        pod_phase(&cluster, "dist-mnist-ps-0").await.is_none()
-            && pod_phase(&cluster, "dist-mnist-ps-1").await.is_none()
-    })
-    .await;
+    // cleanPodPolicy defaults to None (training-operator v1.9): the PS
+    // pods keep running, the workers stay.
+    for ps in ["dist-mnist-ps-0", "dist-mnist-ps-1"] {
+        assert_eq!(pod_phase(&cluster, ps).await.as_deref(), Some("Running"));
+    }
     assert_eq!(
         pod_phase(&cluster, "dist-mnist-worker-0").await.as_deref(),
         Some("Succeeded")
@@ -347,5 +346,63 @@ async fn without_leader_election_the_operator_runs_jobs_and_takes_no_lease() {
         .filter(|lease| lease.metadata.name.as_deref() == Some(cluster.namespace.as_str()))
         .count();
     assert_eq!(ours, 0, "no Lease named after the test's operator");
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_selects_exactly_its_pod_by_training_operator_v1_9s_labels() {
+    let cluster = test_cluster("selector").await;
+    let operator = start_operator(&cluster).await;
+    create_job(
+        &cluster,
+        "sel",
+        json!({"tfReplicaSpecs": {"Worker": replica(2, None, 0), "PS": replica(1, None, 0)}}),
+    )
+    .await;
+    eventually("three Services exist", || async {
+        job_services(&cluster, "sel").await.len() == 3
+    })
+    .await;
+    for (service_name, rtype, index) in [
+        ("sel-worker-0", "worker", "0"),
+        ("sel-worker-1", "worker", "1"),
+        ("sel-ps-0", "ps", "0"),
+    ] {
+        let service = services(&cluster).get(service_name).await.unwrap();
+        let spec = service.spec.unwrap();
+        let selector = spec.selector.unwrap();
+        let expected: std::collections::BTreeMap<String, String> = [
+            ("training.kubeflow.org/operator-name", "tfjob-controller"),
+            ("training.kubeflow.org/job-name", "sel"),
+            ("training.kubeflow.org/replica-type", rtype),
+            ("training.kubeflow.org/replica-index", index),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(selector, expected, "{service_name}");
+        // Kept on purpose (README): peers resolve before they are ready.
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        // The API server's own label selection finds exactly its pod.
+        let text = selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let selected: Vec<String> = pods(&cluster)
+            .list(&kube::api::ListParams::default().labels(&text))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        assert_eq!(selected, [service_name]);
+        // The legacy set stays on pods and Services (README).
+        let labels = service.metadata.labels.unwrap();
+        for legacy in ["group-name", "job-name", "replica-type", "replica-index"] {
+            assert!(labels.contains_key(legacy), "{service_name} lacks {legacy}");
+        }
+    }
     operator.stop().await;
 }
