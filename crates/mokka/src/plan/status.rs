@@ -299,7 +299,9 @@ pub fn usage(
     }
 }
 
-/// The inventory status as it should be.
+/// The inventory status as it should be. `rackGroups` is listed by id
+/// whatever order the spec declares them in, as upstream sorts it, so
+/// reordering the spec rewrites no status.
 #[allow(clippy::too_many_arguments)]
 pub fn inventory_status(
     existing: Option<&SGPUInventoryStatus>,
@@ -307,10 +309,11 @@ pub fn inventory_status(
     summary: String,
     capacity: InventoryCapacity,
     usage: InventoryUsage,
-    groups: Vec<RackGroupStatus>,
+    mut groups: Vec<RackGroupStatus>,
     generation: Option<i64>,
     now: &Time,
 ) -> SGPUInventoryStatus {
+    groups.sort_by(|a, b| a.id.cmp(&b.id));
     SGPUInventoryStatus {
         rack_groups_summary: Some(summary),
         capacity: Some(capacity),
@@ -485,5 +488,33 @@ mod tests {
             ready.message,
             "A Node UID is bound to more than one logical rack Node."
         );
+    }
+
+    #[test]
+    fn inventory_status_lists_rack_groups_sorted_by_id() {
+        let group = |id: &str| RackGroupStatus {
+            id: id.into(),
+            profile_name: "p".into(),
+            capacity: InventoryCapacity::default(),
+            usage: InventoryUsage::default(),
+        };
+        let status = inventory_status(
+            None,
+            &InventoryFacts::default(),
+            "alpha,mid,zeta".into(),
+            InventoryCapacity::default(),
+            InventoryUsage::default(),
+            vec![group("zeta"), group("alpha"), group("mid")],
+            Some(1),
+            &now(1),
+        );
+        let ids: Vec<&str> = status
+            .rack_groups
+            .as_deref()
+            .unwrap()
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect();
+        assert_eq!(ids, ["alpha", "mid", "zeta"]);
     }
 }
