@@ -266,7 +266,9 @@ pub fn merge_conditions(existing: Option<&[Condition]>, desired: Vec<Condition>)
     merged
 }
 
-/// The rack status as it should be.
+/// The rack status as it should be. A rack with no bound slot has no
+/// `assignedNodes`: upstream's field is a plain int32 with `omitempty`, so
+/// its zero is never written.
 pub fn rack_status(
     existing: Option<&SGPURackStatus>,
     facts: &RackFacts,
@@ -275,7 +277,8 @@ pub fn rack_status(
 ) -> SGPURackStatus {
     SGPURackStatus {
         observed_generation: generation,
-        assigned_nodes: Some(i32::try_from(facts.assigned).unwrap_or(i32::MAX)),
+        assigned_nodes: (facts.assigned > 0)
+            .then(|| i32::try_from(facts.assigned).unwrap_or(i32::MAX)),
         conditions: Some(merge_conditions(
             existing.and_then(|status| status.conditions.as_deref()),
             vec![rack_ready(facts, generation, now)],
@@ -516,5 +519,20 @@ mod tests {
             .map(|g| g.id.as_str())
             .collect();
         assert_eq!(ids, ["alpha", "mid", "zeta"]);
+    }
+
+    #[test]
+    fn rack_status_omits_zero_assigned_nodes() {
+        let empty = rack_status(None, &RackFacts::default(), Some(1), &now(1));
+        assert_eq!(empty.assigned_nodes, None);
+        let encoded = serde_json::to_value(&empty).unwrap();
+        assert!(encoded.get("assignedNodes").is_none(), "{encoded}");
+        let bound = RackFacts {
+            assigned: 2,
+            projected: 2,
+            ..RackFacts::default()
+        };
+        let status = rack_status(None, &bound, Some(1), &now(1));
+        assert_eq!(status.assigned_nodes, Some(2));
     }
 }

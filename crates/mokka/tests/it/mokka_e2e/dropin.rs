@@ -2,11 +2,27 @@
 //! objects themselves (issue 30's Mokka items): status lists, omitted
 //! zeros, owner references, Events.
 
-use kube::api::PostParams;
-use mokka::api::SGPUInventory;
+use kube::ResourceExt;
+use kube::api::{GetParams, PostParams};
+use mokka::api::{SGPUInventory, SGPURack};
+use mokka::identity::rack_name;
 use serde_json::json;
 
 use super::support::*;
+
+/// The rack as the API server stores it (Null while it does not exist),
+/// so a field left out is told apart from a field decoded to its default.
+async fn raw_rack(cluster: &Cluster, name: &str) -> serde_json::Value {
+    use kube::Resource;
+    let request = kube::core::Request::new(SGPURack::url_path(&(), None))
+        .get(name, &GetParams::default())
+        .unwrap();
+    match cluster.client.request(request).await {
+        Ok(rack) => rack,
+        Err(kube::Error::Api(status)) if status.code == 404 => serde_json::Value::Null,
+        Err(error) => panic!("reading rack {name}: {error}"),
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inventory_status_lists_rack_groups_sorted_by_id() {
@@ -44,5 +60,45 @@ async fn inventory_status_lists_rack_groups_sorted_by_id() {
         ["alpha", "mid", "zeta"],
         "sorted by id, not as declared"
     );
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rack_status_leaves_out_assigned_nodes_when_none_are_assigned() {
+    let cluster = Cluster::start().await;
+    cluster.create_profile("one-node", 1, 1).await;
+    cluster.create_node("node-a", "omitzero").await;
+    let inventory = cluster
+        .create_inventory("inv", "one-node", 2, "omitzero")
+        .await;
+    let uid = inventory.uid().unwrap();
+    let replica = cluster.start_leader("replica-a").await;
+    let bound = rack_name("inv", &uid, "compute", 0);
+    let free = rack_name("inv", &uid, "compute", 1);
+    eventually("the bound rack to count its Node", || async {
+        let rack = raw_rack(&cluster, &bound).await;
+        (rack["status"]["assignedNodes"] == json!(1)).then_some(())
+    })
+    .await;
+    let status = eventually("the free rack to have a status", || async {
+        let rack = raw_rack(&cluster, &free).await;
+        rack["status"]["conditions"]
+            .is_array()
+            .then(|| rack["status"].clone())
+    })
+    .await;
+    assert!(
+        status.get("assignedNodes").is_none(),
+        "a rack without bound Nodes leaves assignedNodes out: {status}"
+    );
+
+    // A count that drops to zero is removed, not written as 0.
+    cluster.delete_node("node-a").await;
+    eventually("the released rack to drop assignedNodes", || async {
+        let rack = raw_rack(&cluster, &bound).await;
+        let status = &rack["status"];
+        (status["conditions"].is_array() && status.get("assignedNodes").is_none()).then_some(())
+    })
+    .await;
     replica.stop().await;
 }
