@@ -102,3 +102,29 @@ async fn rack_status_leaves_out_assigned_nodes_when_none_are_assigned() {
     .await;
     replica.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racks_carry_block_owner_deletion_on_their_inventory_owner_reference() {
+    let cluster = Cluster::start().await;
+    cluster.create_profile("one-node", 1, 1).await;
+    let inventory = cluster
+        .create_inventory("inv", "one-node", 1, "owners")
+        .await;
+    let uid = inventory.uid().unwrap();
+    let replica = cluster.start_leader("replica-a").await;
+    let name = rack_name("inv", &uid, "compute", 0);
+    let rack = eventually("the rack to be created", || async {
+        cluster.racks().get_opt(&name).await.unwrap()
+    })
+    .await;
+    let owners = rack.owner_references();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    let owner = &owners[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("SGPUInventory", "inv", uid.as_str())
+    );
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(owner.block_owner_deletion, Some(true));
+    replica.stop().await;
+}
