@@ -2,8 +2,9 @@
 //! objects themselves (issue 30's Mokka items): status lists, omitted
 //! zeros, owner references, Events.
 
+use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::{GetParams, PostParams};
+use kube::api::{Api, GetParams, ListParams, PostParams};
 use mokka::api::{SGPUInventory, SGPURack};
 use mokka::identity::rack_name;
 use serde_json::json;
@@ -126,5 +127,93 @@ async fn racks_carry_block_owner_deletion_on_their_inventory_owner_reference() {
     );
     assert_eq!(owner.controller, Some(true));
     assert_eq!(owner.block_owner_deletion, Some(true));
+    replica.stop().await;
+}
+
+/// The notes of the `reason` Events about rack `rack`, oldest first.
+async fn rack_event_notes(cluster: &Cluster, rack: &str, reason: &str) -> Vec<(String, i32)> {
+    let events: Api<Event> = Api::all(cluster.client.clone());
+    let mut found: Vec<Event> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|event| {
+            event.reason.as_deref() == Some(reason)
+                && event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(rack)
+        })
+        .collect();
+    found.sort_by_key(|event| event.event_time.as_ref().map(|time| time.0));
+    found
+        .into_iter()
+        .map(|event| {
+            let count = event.series.as_ref().map_or(1, |series| series.count);
+            (event.note.unwrap_or_default(), count)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_node_bound_and_node_released_event_names_the_nodes_it_is_about() {
+    let cluster = Cluster::start().await;
+    cluster.create_profile("three-node", 3, 1).await;
+    cluster.create_node("node-a", "named-events").await;
+    let inventory = cluster
+        .create_inventory("inv", "three-node", 1, "named-events")
+        .await;
+    let rack = rack_name("inv", &inventory.uid().unwrap(), "compute", 0);
+    let replica = cluster.start_leader("replica-a").await;
+    let racks = cluster.racks();
+    let bound = |names: Vec<Option<String>>| {
+        let racks = racks.clone();
+        let rack = rack.clone();
+        async move {
+            eventually("the rack to hold the expected bindings", || async {
+                let current = racks.get_opt(&rack).await.unwrap()?;
+                (bound_names(&current) == names).then_some(())
+            })
+            .await
+        }
+    };
+    bound(vec![Some("node-a".into()), None, None]).await;
+    // A second write to the same rack, about another Node.
+    cluster.create_node("node-b", "named-events").await;
+    bound(vec![Some("node-a".into()), Some("node-b".into()), None]).await;
+    let notes = eventually("two NodeBound Events", || async {
+        let notes = rack_event_notes(&cluster, &rack, "NodeBound").await;
+        (notes.len() == 2).then_some(notes)
+    })
+    .await;
+    assert_eq!(
+        notes,
+        [
+            ("Bound Node node-a to logical Node 0".to_string(), 1),
+            ("Bound Node node-b to logical Node 1".to_string(), 1)
+        ]
+    );
+
+    cluster.delete_node("node-a").await;
+    bound(vec![None, Some("node-b".into()), None]).await;
+    cluster.delete_node("node-b").await;
+    bound(vec![None, None, None]).await;
+    let notes = eventually("two NodeReleased Events", || async {
+        let notes = rack_event_notes(&cluster, &rack, "NodeReleased").await;
+        (notes.len() == 2).then_some(notes)
+    })
+    .await;
+    assert_eq!(
+        notes,
+        [
+            (
+                "Released Node node-a from logical Node 0 (NodeGone)".to_string(),
+                1
+            ),
+            (
+                "Released Node node-b from logical Node 1 (NodeGone)".to_string(),
+                1
+            )
+        ]
+    );
     replica.stop().await;
 }
