@@ -25,8 +25,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::LogFormat;
 
+/// A flag given twice takes its last value (`--kube-api-qps 1 --kube-api-qps
+/// 2` is 2), as upstream's urfave/cli and Go's flag package do, instead of
+/// clap's "cannot be used multiple times". clap passes the setting on to
+/// `render` and `node-view`; `render -f` still collects every file.
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, args_override_self = true)]
 pub struct MokkaArgs {
     #[command(subcommand)]
     pub command: Option<MokkaCommand>,
@@ -566,6 +570,87 @@ mod tests {
         assert_eq!((config.qps, config.burst), (50.0, 100));
         let in_pod = Config::from_args(&args(&[]), Some("mokka-system".into())).unwrap();
         assert_eq!(in_pod.election.namespace, "mokka-system");
+    }
+
+    /// argv through gpufleet's own top-level parser, so the settings of
+    /// the `mokka` command apply as they do in the binary.
+    fn gpufleet(argv: &[&str]) -> crate::cli::Cli {
+        let mut full = vec!["gpufleet"];
+        full.extend_from_slice(argv);
+        crate::cli::Cli::try_parse_from(full).unwrap()
+    }
+
+    fn mokka(cli: crate::cli::Cli) -> MokkaArgs {
+        match cli.command {
+            crate::cli::Command::Mokka(args) => *args,
+            other => panic!("not the mokka command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value_like_upstreams_cli() {
+        let args = mokka(gpufleet(&[
+            "mokka",
+            "--kube-api-qps",
+            "1",
+            "--kube-api-qps",
+            "2",
+            "--workers",
+            "0",
+            "--workers",
+            "3",
+            "--feature-gates",
+            "NodeAgentAPI=false",
+            "--feature-gates",
+            "KubernetesEvents=false",
+            "--ui",
+            "127.0.0.1:1",
+            "--ui",
+            "127.0.0.1:2",
+        ]));
+        assert!(args.command.is_none());
+        assert_eq!(args.run.kube_api_qps, 2.0);
+        assert_eq!(args.run.workers, 3);
+        assert_eq!(args.run.feature_gates, "KubernetesEvents=false");
+        assert_eq!(args.run.ui.as_deref(), Some("127.0.0.1:2"));
+        let config = Config::from_args(&args.run, None).unwrap();
+        assert_eq!(config.qps, 2.0);
+        assert!(config.options.features.node_agent_api);
+        assert!(!config.options.features.kubernetes_events);
+
+        // gpufleet's global log flags, given after `mokka`.
+        let cli = gpufleet(&["mokka", "--log-level", "debug", "--log-level", "warn"]);
+        assert_eq!(cli.log_level, LogLevel::Warn);
+
+        // The subcommands: last value for single-valued flags, every file for -f.
+        match mokka(gpufleet(&[
+            "mokka", "render", "-f", "a.yaml", "-f", "b.yaml", "-o", "json", "-o", "yaml",
+        ]))
+        .command
+        {
+            Some(MokkaCommand::Render(render)) => {
+                assert_eq!(render.files.len(), 2);
+                assert!(matches!(
+                    render.output,
+                    crate::commands::mokka_render::OutputFormat::Yaml
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+        match mokka(gpufleet(&[
+            "mokka",
+            "node-view",
+            "n1",
+            "--uid",
+            "a",
+            "--uid",
+            "b",
+        ]))
+        .command
+        {
+            Some(MokkaCommand::NodeView(view)) => assert_eq!(view.uid.as_deref(), Some("b")),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -315,7 +315,7 @@ fn rack_object(
             name: inventory_name.to_string(),
             uid: inventory_uid.to_string(),
             controller: Some(true),
-            block_owner_deletion: Some(false),
+            block_owner_deletion: Some(true),
         }]),
         ..ObjectMeta::default()
     };

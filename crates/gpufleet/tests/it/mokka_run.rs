@@ -35,6 +35,32 @@ fn a_refused_configuration_names_the_flag_and_exits_before_contacting_a_cluster(
 }
 
 #[test]
+fn a_repeated_flag_takes_its_last_value_and_is_not_refused() {
+    // The last --workers (0) is the one validated; clap's default would
+    // refuse the repetition itself with "cannot be used multiple times".
+    let output = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+        .args([
+            "mokka",
+            "--workers",
+            "5",
+            "--workers",
+            "0",
+            "--kubeconfig",
+            "/nonexistent",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        !stderr.contains("cannot be used multiple times")
+            && stderr.contains("--workers")
+            && stderr.contains("workers and live Node GET timeout must be positive"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn an_unknown_feature_gate_or_a_non_boolean_value_stops_the_process_naming_the_flag_the_variable_and_the_item()
  {
     let refused = |args: &[&str], env: Option<&str>| {

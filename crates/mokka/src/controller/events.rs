@@ -32,4 +32,20 @@ impl Events {
                 .await;
         }
     }
+
+    /// See [`EventSink::publish_or_log_by_note`]: Events with different
+    /// notes are separate objects, so each names what it is about.
+    pub async fn publish_or_log_by_note(
+        &self,
+        regarding: &ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        if let Some(sink) = &self.sink {
+            sink.publish_or_log_by_note(regarding, event_type, reason, action, note)
+                .await;
+        }
+    }
 }

@@ -607,12 +607,12 @@ async fn log_bound(context: &Context, rack: &SGPURack, bindings: &[ExactBinding]
         .collect();
     context
         .events
-        .publish_or_log(
+        .publish_or_log_by_note(
             &rack_ref(rack),
             EventType::Normal,
             "NodeBound",
             "Bind",
-            Some(event_notes::bound_note(&listed)),
+            event_notes::bound_note(&listed),
         )
         .await;
 }
@@ -649,12 +649,12 @@ async fn log_released(context: &Context, rack: &SGPURack, releases: &[Release]) 
         .collect();
     context
         .events
-        .publish_or_log(
+        .publish_or_log_by_note(
             &rack_ref(rack),
             EventType::Normal,
             "NodeReleased",
             "Release",
-            Some(event_notes::released_note(&listed)),
+            event_notes::released_note(&listed),
         )
         .await;
 }

@@ -2,11 +2,12 @@
 //!
 //! One rack write binds or releases many Nodes at once (a new 100-Node rack
 //! binds all 100). The controller publishes one Event per rack write and
-//! decision, not one per Node: Events are aggregated per (object, reason)
-//! into a series whose note is overwritten, so per-Node Events kept only the
-//! last Node's name while costing one API write per Node (100,000 of them
-//! at the scale target). The note lists the Nodes instead, shortened to fit
-//! the events.k8s.io limit on `note`.
+//! decision, not one per Node: one API write per Node would be 100,000 of
+//! them at the scale target. The note lists the Nodes instead, shortened to
+//! fit the events.k8s.io limit on `note`. A later write about the same rack
+//! with another note is an Event of its own (`publish_or_log_by_note`), so
+//! each Event names the Nodes it is about; only identical notes fold into
+//! a series.
 
 /// kube-apiserver refuses an `events.k8s.io/v1` note longer than 1 KiB.
 pub const NOTE_LIMIT: usize = 1024;

@@ -63,7 +63,11 @@ pub fn rack_metadata(
     }
 }
 
-/// The controller owner reference to an inventory.
+/// The controller owner reference to an inventory. `blockOwnerDeletion` is
+/// set as upstream sets it: a foreground delete of the inventory waits for
+/// its racks (whose cleanup finalizer releases their Nodes first). Where the
+/// OwnerReferencesPermissionEnforcement admission plugin runs, this needs
+/// `update` on `sgpuinventories/finalizers` (deploy/mokka's ClusterRole).
 pub fn inventory_owner(inventory_name: &str, inventory_uid: &str) -> OwnerReference {
     OwnerReference {
         api_version: API_VERSION.to_string(),
@@ -71,7 +75,7 @@ pub fn inventory_owner(inventory_name: &str, inventory_uid: &str) -> OwnerRefere
         name: inventory_name.to_string(),
         uid: inventory_uid.to_string(),
         controller: Some(true),
-        block_owner_deletion: Some(false),
+        block_owner_deletion: Some(true),
     }
 }
 
@@ -168,7 +172,10 @@ pub fn rack_differs(current: &SGPURack, desired: &SGPURack) -> bool {
         .as_deref()
         .unwrap_or_default()
         .first();
-    owner.map(|o| (&o.name, &o.uid)) != want.map(|o| (&o.name, &o.uid))
+    // blockOwnerDeletion is compared too, so racks written before it was
+    // set are brought in line by one update each.
+    let key = |o: &OwnerReference| (o.name.clone(), o.uid.clone(), o.block_owner_deletion);
+    owner.map(key) != want.map(key)
 }
 
 /// `current` with the controller-owned parts taken from `desired`, keeping
@@ -274,6 +281,22 @@ mod tests {
                 .get("team")
                 .map(String::as_str),
             Some("a")
+        );
+    }
+
+    #[test]
+    fn racks_block_their_inventory_deletion_as_upstream() {
+        let rack = rendered();
+        let owner = controller_owner(&rack).unwrap();
+        assert_eq!(owner.block_owner_deletion, Some(true));
+        // A rack written before the flag was set is updated to carry it.
+        let mut older = rack.clone();
+        older.metadata.owner_references.as_mut().unwrap()[0].block_owner_deletion = Some(false);
+        assert!(rack_differs(&older, &rack));
+        let merged = merge_rack(&older, &rack);
+        assert_eq!(
+            controller_owner(&merged).unwrap().block_owner_deletion,
+            Some(true)
         );
     }
 

@@ -266,7 +266,9 @@ pub fn merge_conditions(existing: Option<&[Condition]>, desired: Vec<Condition>)
     merged
 }
 
-/// The rack status as it should be.
+/// The rack status as it should be. A rack with no bound slot has no
+/// `assignedNodes`: upstream's field is a plain int32 with `omitempty`, so
+/// its zero is never written.
 pub fn rack_status(
     existing: Option<&SGPURackStatus>,
     facts: &RackFacts,
@@ -275,7 +277,8 @@ pub fn rack_status(
 ) -> SGPURackStatus {
     SGPURackStatus {
         observed_generation: generation,
-        assigned_nodes: Some(i32::try_from(facts.assigned).unwrap_or(i32::MAX)),
+        assigned_nodes: (facts.assigned > 0)
+            .then(|| i32::try_from(facts.assigned).unwrap_or(i32::MAX)),
         conditions: Some(merge_conditions(
             existing.and_then(|status| status.conditions.as_deref()),
             vec![rack_ready(facts, generation, now)],
@@ -299,7 +302,9 @@ pub fn usage(
     }
 }
 
-/// The inventory status as it should be.
+/// The inventory status as it should be. `rackGroups` is listed by id
+/// whatever order the spec declares them in, as upstream sorts it, so
+/// reordering the spec rewrites no status.
 #[allow(clippy::too_many_arguments)]
 pub fn inventory_status(
     existing: Option<&SGPUInventoryStatus>,
@@ -307,10 +312,11 @@ pub fn inventory_status(
     summary: String,
     capacity: InventoryCapacity,
     usage: InventoryUsage,
-    groups: Vec<RackGroupStatus>,
+    mut groups: Vec<RackGroupStatus>,
     generation: Option<i64>,
     now: &Time,
 ) -> SGPUInventoryStatus {
+    groups.sort_by(|a, b| a.id.cmp(&b.id));
     SGPUInventoryStatus {
         rack_groups_summary: Some(summary),
         capacity: Some(capacity),
@@ -485,5 +491,48 @@ mod tests {
             ready.message,
             "A Node UID is bound to more than one logical rack Node."
         );
+    }
+
+    #[test]
+    fn inventory_status_lists_rack_groups_sorted_by_id() {
+        let group = |id: &str| RackGroupStatus {
+            id: id.into(),
+            profile_name: "p".into(),
+            capacity: InventoryCapacity::default(),
+            usage: InventoryUsage::default(),
+        };
+        let status = inventory_status(
+            None,
+            &InventoryFacts::default(),
+            "alpha,mid,zeta".into(),
+            InventoryCapacity::default(),
+            InventoryUsage::default(),
+            vec![group("zeta"), group("alpha"), group("mid")],
+            Some(1),
+            &now(1),
+        );
+        let ids: Vec<&str> = status
+            .rack_groups
+            .as_deref()
+            .unwrap()
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect();
+        assert_eq!(ids, ["alpha", "mid", "zeta"]);
+    }
+
+    #[test]
+    fn rack_status_omits_zero_assigned_nodes() {
+        let empty = rack_status(None, &RackFacts::default(), Some(1), &now(1));
+        assert_eq!(empty.assigned_nodes, None);
+        let encoded = serde_json::to_value(&empty).unwrap();
+        assert!(encoded.get("assignedNodes").is_none(), "{encoded}");
+        let bound = RackFacts {
+            assigned: 2,
+            projected: 2,
+            ..RackFacts::default()
+        };
+        let status = rack_status(None, &bound, Some(1), &now(1));
+        assert_eq!(status.assigned_nodes, Some(2));
     }
 }

@@ -1,10 +1,13 @@
 //! Who may read a Node's assignment: the Node itself (`system:node:<name>`
-//! in `system:nodes`, as its kubelet credentials say) or a ServiceAccount
-//! the cluster allows to `get` `sgpuracks`. The bearer token is checked
-//! with a TokenReview and the ServiceAccount's right with a
-//! SubjectAccessReview, both against the API server; answers are cached
-//! briefly (by a digest of the token, never the token itself) so agents
-//! polling often cost the API server little.
+//! in `system:nodes`, as its kubelet credentials say; a Node never reads
+//! another Node's), or any other authenticated user the cluster allows to
+//! `get` `sgpuracks`, whether a ServiceAccount or a person with their own
+//! kubeconfig's token (as kube-rbac-proxy authorizes). The bearer token is
+//! checked with a TokenReview and the right with a SubjectAccessReview for
+//! the user, uid and groups the review returned, both against the API
+//! server; answers are cached briefly (by a digest of the token, never the
+//! token itself; rights by the whole identity) so agents polling often cost
+//! the API server little.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -241,25 +244,23 @@ impl Authenticator {
                 caller.username
             )));
         }
-        if !caller.username.starts_with("system:serviceaccount:") {
-            return Err(AuthError::Forbidden(format!(
-                "{} is neither Node {node:?} nor a ServiceAccount",
-                caller.username
-            )));
-        }
+        // The right depends on the groups as much as on the name (an admin
+        // is often an admin through system:masters), so the cached answer
+        // is kept per whole identity.
+        let identity = identity_key(caller);
         let allowed = self
             .access_reviews
             .once(
-                &caller.username,
-                || fresh(&self.rights, caller.username.as_str(), self.ttl),
-                || self.review_access(caller),
+                &identity,
+                || fresh(&self.rights, identity.as_str(), self.ttl),
+                || self.review_access(caller, identity.clone()),
             )
             .await?;
         self.verdict(caller, allowed)
     }
 
     /// The SubjectAccessReview itself; its answer is remembered.
-    async fn review_access(&self, caller: &Caller) -> Result<bool, AuthError> {
+    async fn review_access(&self, caller: &Caller, identity: String) -> Result<bool, AuthError> {
         let reviews: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -283,12 +284,7 @@ impl Authenticator {
                 AuthError::Unavailable(format!("the access could not be reviewed: {error}"))
             })?;
         let allowed = answer.status.is_some_and(|status| status.allowed);
-        remember(
-            &mut self.rights.lock(),
-            caller.username.clone(),
-            allowed,
-            self.ttl,
-        );
+        remember(&mut self.rights.lock(), identity, allowed, self.ttl);
         Ok(allowed)
     }
 
@@ -302,6 +298,20 @@ impl Authenticator {
             )))
         }
     }
+}
+
+/// A caller's user, uid and sorted groups, NUL-separated (no Kubernetes
+/// name holds a NUL), as the key of its cached right.
+fn identity_key(caller: &Caller) -> String {
+    let mut groups = caller.groups.clone();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut key = format!("{}\0{}", caller.username, caller.uid);
+    for group in groups {
+        key.push('\0');
+        key.push_str(&group);
+    }
+    key
 }
 
 #[cfg(test)]
@@ -318,5 +328,22 @@ mod tests {
                 Err(AuthError::Unauthenticated(_))
             ));
         }
+    }
+
+    #[test]
+    fn a_right_is_cached_per_user_uid_and_groups() {
+        let caller = |groups: &[&str]| Caller {
+            username: "alice".into(),
+            uid: "u1".into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        assert_eq!(
+            identity_key(&caller(&["b", "a"])),
+            identity_key(&caller(&["a", "b", "a"]))
+        );
+        assert_ne!(
+            identity_key(&caller(&["system:masters"])),
+            identity_key(&caller(&[]))
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! promotion), one sentence each.
 
 mod caches;
+mod dropin;
 mod groups;
 mod lifecycle;
 mod node_api;
