@@ -366,8 +366,8 @@ async fn kubelet() {
 /// heap); medians. `BENCH_ONLY=json|protobuf` runs one encoding alone, for
 /// `perf record`.
 async fn protobuf_writes() {
-    // BENCH_count shrinks the run for instruction counting under callgrind.
-    let count: usize = std::env::var("BENCH_count")
+    // BENCH_COUNT shrinks the run for instruction counting under callgrind.
+    let count: usize = std::env::var("BENCH_COUNT")
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(10_000);

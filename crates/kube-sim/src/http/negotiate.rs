@@ -12,7 +12,9 @@
 //! schema) is answered in JSON, which the client accepted too.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
+use axum::body::HttpBody as _;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -21,7 +23,10 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::object::StoredObject;
 use crate::protobuf;
+use crate::resources::ResourceType;
+use crate::store::KeptObject;
 
 /// The media type a request body was sent as.
 pub fn is_protobuf_body(headers: &HeaderMap) -> bool {
@@ -83,6 +88,36 @@ pub fn prefers_protobuf(headers: &HeaderMap) -> bool {
     false
 }
 
+/// Whether a write's answer of `rt` seen through `version` will be
+/// protobuf that can be encoded from the object the write keeps in
+/// memory: the kind has a protobuf form and the answer is the stored
+/// object as is (not another version's or a view's rendering of it).
+pub fn answers_from_memory(headers: &HeaderMap, rt: &ResourceType, version: &str) -> bool {
+    !rt.custom
+        && rt.stored_as.is_none()
+        && version == rt.storage_version
+        && prefers_protobuf(headers)
+}
+
+/// The object a JSON answer was rendered from, still in memory, for
+/// [`convert`] to encode instead of reading the answer's text again.
+#[derive(Clone)]
+struct AnswerObject(Arc<Value>);
+
+/// Attaches the object `kept` holds when it is the one `answer` renders.
+pub fn with_kept_object(
+    mut response: Response,
+    kept: &KeptObject,
+    answer: &Arc<StoredObject>,
+) -> Response {
+    if let Some(value) = kept.take_for(answer) {
+        response
+            .extensions_mut()
+            .insert(AnswerObject(Arc::new(value)));
+    }
+    response
+}
+
 /// Re-encodes a finished JSON answer in protobuf when the client prefers
 /// it and the answer's kind has a protobuf form.
 pub async fn convert(
@@ -103,6 +138,14 @@ pub async fn convert(
         return response;
     }
     let (mut parts, body) = response.into_parts();
+    if let Some(AnswerObject(value)) = parts.extensions.remove::<AnswerObject>() {
+        let json_len = usize::try_from(body.size_hint().lower()).unwrap_or_default();
+        return match protobuf::encode_object_in_memory(&value, json_len) {
+            Ok(encoded) => protobuf_answer(parts, encoded),
+            // The text would not encode either: answer the JSON.
+            Err(_) => Response::from_parts(parts, body),
+        };
+    }
     if watch && parts.status == StatusCode::OK {
         parts.headers.insert(
             header::CONTENT_TYPE,
@@ -118,18 +161,19 @@ pub async fn convert(
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Response::from_parts(parts, Body::empty()),
     };
-    let encoded = protobuf::encode_json_object(&bytes).ok();
-    match encoded {
-        Some(encoded) => {
-            parts.headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(protobuf::CONTENT_TYPE),
-            );
-            parts.headers.remove(header::CONTENT_LENGTH);
-            Response::from_parts(parts, Body::from(encoded))
-        }
-        None => Response::from_parts(parts, Body::from(bytes)),
+    match protobuf::encode_json_object(&bytes) {
+        Ok(encoded) => protobuf_answer(parts, encoded),
+        Err(_) => Response::from_parts(parts, Body::from(bytes)),
     }
+}
+
+fn protobuf_answer(mut parts: axum::http::response::Parts, encoded: Vec<u8>) -> Response {
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(protobuf::CONTENT_TYPE),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(encoded))
 }
 
 /// Turns a JSON watch stream (one event per line) into protobuf frames.
