@@ -72,6 +72,17 @@ pub fn custom_resource_refusal() -> ApiError {
 
 /// Whether the Accept header puts protobuf before JSON.
 pub fn prefers_protobuf(headers: &HeaderMap) -> bool {
+    // client-go's header names protobuf first: answered without splitting
+    // (a protobuf write asks this three times).
+    if let Some(first) = headers.get(header::ACCEPT)
+        && first.to_str().is_ok()
+        && let Some(rest) = first
+            .as_bytes()
+            .strip_prefix(protobuf::CONTENT_TYPE.as_bytes())
+        && matches!(rest.first(), None | Some(b',' | b';' | b' '))
+    {
+        return true;
+    }
     for media in headers
         .get_all(header::ACCEPT)
         .iter()
@@ -215,4 +226,45 @@ fn frame(line: &[u8]) -> Vec<u8> {
         });
         protobuf::encode_watch_frame("ERROR", &status).unwrap_or_default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepting(values: &[&[u8]]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(header::ACCEPT, HeaderValue::from_bytes(value).unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn protobuf_is_preferred_only_when_named_before_json() {
+        let preferred: [&[&[u8]]; 5] = [
+            &[b"application/vnd.kubernetes.protobuf, application/json"],
+            &[b"application/vnd.kubernetes.protobuf"],
+            &[b"application/vnd.kubernetes.protobuf;q=0.9,application/json"],
+            &[b" application/vnd.kubernetes.protobuf , application/json"],
+            &[b"text/plain", b"application/vnd.kubernetes.protobuf"],
+        ];
+        for values in preferred {
+            assert!(prefers_protobuf(&accepting(values)), "{values:?}");
+        }
+        let not_preferred: [&[&[u8]]; 6] = [
+            &[],
+            &[b"application/json, application/vnd.kubernetes.protobuf"],
+            &[b"*/*"],
+            &[b"application/vnd.kubernetes.protobufx"],
+            &[
+                b"application/vnd.kubernetes.protobuf;stream=watch\xff",
+                b"application/json",
+            ],
+            &[b"application/yaml", b"application/vnd.kubernetes.protobuf"],
+        ];
+        for values in not_preferred {
+            assert!(!prefers_protobuf(&accepting(values)), "{values:?}");
+        }
+    }
 }

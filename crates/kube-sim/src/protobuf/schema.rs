@@ -97,8 +97,10 @@ pub struct Message {
     pub fields: Vec<Field>,
     /// Looked up once per key of every object encoded: a cheap hash (the
     /// table is fixed, so no key can be made to collide more than it does).
-    by_json: HashMap<String, usize, BuildHasherDefault<Fnv1a>>,
+    by_json: HashMap<String, usize, FastHash>,
 }
+
+type FastHash = BuildHasherDefault<Fnv1a>;
 
 /// FNV-1a: for short field names it costs a fraction of the default
 /// SipHash, which showed in the profile of protobuf answers.
@@ -154,7 +156,7 @@ pub struct Schema {
     /// apiVersion -> the kinds of its package as spelled in the table ->
     /// what [`Schema::kind`] finds for them; every encode and decode asks,
     /// and this answers without building and lower-casing a name.
-    kinds: HashMap<String, HashMap<String, usize>>,
+    kinds: HashMap<String, HashMap<String, usize, FastHash>, FastHash>,
     /// The k8s-pb release the table was generated from.
     pub bindings_version: String,
     /// The Kubernetes release k8s-pb's protos follow.
@@ -173,7 +175,7 @@ impl Schema {
             by_name: HashMap::new(),
             by_lower_name: HashMap::new(),
             packages: HashMap::new(),
-            kinds: HashMap::new(),
+            kinds: HashMap::default(),
             bindings_version: String::new(),
             bindings_kubernetes_version: String::new(),
             kubernetes_version: String::new(),
