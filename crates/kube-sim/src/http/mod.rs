@@ -351,14 +351,15 @@ fn collection(
             }
             query.check_write_options("CreateOptions")?;
             let value = target_object(rt, headers, &body)?;
-            let mut params = query.write_params(user_agent(headers));
+            let mut params = write_params(query, headers, target);
             params.duplicate_fields = duplicate_fields(headers, &body);
             let created = store.create(rt, &target.version, ns, value, &params)?;
+            let response = bytes_response(
+                StatusCode::CREATED,
+                Store::render(rt, &target.version, &created),
+            );
             Ok(with_warnings(
-                bytes_response(
-                    StatusCode::CREATED,
-                    Store::render(rt, &target.version, &created),
-                ),
+                negotiate::with_kept_object(response, &params.kept, &created),
                 &params,
             ))
         }
@@ -405,6 +406,16 @@ fn delete_options(
     Ok(opts)
 }
 
+/// A write's parameters; the stored object is kept in memory for the
+/// answer when that answer will be protobuf encoded from it.
+fn write_params(query: &query::Query, headers: &HeaderMap, target: &Target) -> WriteParams {
+    let mut params = query.write_params(user_agent(headers));
+    if negotiate::answers_from_memory(headers, &target.rt, &target.version) {
+        params.kept = crate::store::KeptObject::wanted();
+    }
+    params
+}
+
 fn user_agent(headers: &HeaderMap) -> &str {
     headers
         .get(header::USER_AGENT)
@@ -425,7 +436,7 @@ fn object(
     let ns = target.namespace.as_deref();
     let name = target.name.as_deref().unwrap_or_default();
     let version = &target.version;
-    let mut params = query.write_params(user_agent(headers));
+    let mut params = write_params(query, headers, target);
     match *method {
         Method::PUT => query.check_write_options("UpdateOptions")?,
         Method::PATCH => query.check_write_options("PatchOptions")?,
@@ -434,8 +445,9 @@ fn object(
     }
     let respond =
         |obj: Arc<crate::object::StoredObject>, code: StatusCode, params: &WriteParams| {
+            let response = bytes_response(code, Store::render(rt, version, &obj));
             Ok(with_warnings(
-                bytes_response(code, Store::render(rt, version, &obj)),
+                negotiate::with_kept_object(response, &params.kept, &obj),
                 params,
             ))
         };

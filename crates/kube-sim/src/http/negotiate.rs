@@ -12,7 +12,9 @@
 //! schema) is answered in JSON, which the client accepted too.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
+use axum::body::HttpBody as _;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -21,7 +23,10 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::object::StoredObject;
 use crate::protobuf;
+use crate::resources::ResourceType;
+use crate::store::KeptObject;
 
 /// The media type a request body was sent as.
 pub fn is_protobuf_body(headers: &HeaderMap) -> bool {
@@ -67,6 +72,17 @@ pub fn custom_resource_refusal() -> ApiError {
 
 /// Whether the Accept header puts protobuf before JSON.
 pub fn prefers_protobuf(headers: &HeaderMap) -> bool {
+    // client-go's header names protobuf first: answered without splitting
+    // (a protobuf write asks this three times).
+    if let Some(first) = headers.get(header::ACCEPT)
+        && first.to_str().is_ok()
+        && let Some(rest) = first
+            .as_bytes()
+            .strip_prefix(protobuf::CONTENT_TYPE.as_bytes())
+        && matches!(rest.first(), None | Some(b',' | b';' | b' '))
+    {
+        return true;
+    }
     for media in headers
         .get_all(header::ACCEPT)
         .iter()
@@ -81,6 +97,36 @@ pub fn prefers_protobuf(headers: &HeaderMap) -> bool {
         }
     }
     false
+}
+
+/// Whether a write's answer of `rt` seen through `version` will be
+/// protobuf that can be encoded from the object the write keeps in
+/// memory: the kind has a protobuf form and the answer is the stored
+/// object as is (not another version's or a view's rendering of it).
+pub fn answers_from_memory(headers: &HeaderMap, rt: &ResourceType, version: &str) -> bool {
+    !rt.custom
+        && rt.stored_as.is_none()
+        && version == rt.storage_version
+        && prefers_protobuf(headers)
+}
+
+/// The object a JSON answer was rendered from, still in memory, for
+/// [`convert`] to encode instead of reading the answer's text again.
+#[derive(Clone)]
+struct AnswerObject(Arc<Value>);
+
+/// Attaches the object `kept` holds when it is the one `answer` renders.
+pub fn with_kept_object(
+    mut response: Response,
+    kept: &KeptObject,
+    answer: &Arc<StoredObject>,
+) -> Response {
+    if let Some(value) = kept.take_for(answer) {
+        response
+            .extensions_mut()
+            .insert(AnswerObject(Arc::new(value)));
+    }
+    response
 }
 
 /// Re-encodes a finished JSON answer in protobuf when the client prefers
@@ -103,6 +149,14 @@ pub async fn convert(
         return response;
     }
     let (mut parts, body) = response.into_parts();
+    if let Some(AnswerObject(value)) = parts.extensions.remove::<AnswerObject>() {
+        let json_len = usize::try_from(body.size_hint().lower()).unwrap_or_default();
+        return match protobuf::encode_object_in_memory(&value, json_len) {
+            Ok(encoded) => protobuf_answer(parts, encoded),
+            // The text would not encode either: answer the JSON.
+            Err(_) => Response::from_parts(parts, body),
+        };
+    }
     if watch && parts.status == StatusCode::OK {
         parts.headers.insert(
             header::CONTENT_TYPE,
@@ -118,18 +172,19 @@ pub async fn convert(
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Response::from_parts(parts, Body::empty()),
     };
-    let encoded = protobuf::encode_json_object(&bytes).ok();
-    match encoded {
-        Some(encoded) => {
-            parts.headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(protobuf::CONTENT_TYPE),
-            );
-            parts.headers.remove(header::CONTENT_LENGTH);
-            Response::from_parts(parts, Body::from(encoded))
-        }
-        None => Response::from_parts(parts, Body::from(bytes)),
+    match protobuf::encode_json_object(&bytes) {
+        Ok(encoded) => protobuf_answer(parts, encoded),
+        Err(_) => Response::from_parts(parts, Body::from(bytes)),
     }
+}
+
+fn protobuf_answer(mut parts: axum::http::response::Parts, encoded: Vec<u8>) -> Response {
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(protobuf::CONTENT_TYPE),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(encoded))
 }
 
 /// Turns a JSON watch stream (one event per line) into protobuf frames.
@@ -171,4 +226,45 @@ fn frame(line: &[u8]) -> Vec<u8> {
         });
         protobuf::encode_watch_frame("ERROR", &status).unwrap_or_default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepting(values: &[&[u8]]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(header::ACCEPT, HeaderValue::from_bytes(value).unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn protobuf_is_preferred_only_when_named_before_json() {
+        let preferred: [&[&[u8]]; 5] = [
+            &[b"application/vnd.kubernetes.protobuf, application/json"],
+            &[b"application/vnd.kubernetes.protobuf"],
+            &[b"application/vnd.kubernetes.protobuf;q=0.9,application/json"],
+            &[b" application/vnd.kubernetes.protobuf , application/json"],
+            &[b"text/plain", b"application/vnd.kubernetes.protobuf"],
+        ];
+        for values in preferred {
+            assert!(prefers_protobuf(&accepting(values)), "{values:?}");
+        }
+        let not_preferred: [&[&[u8]]; 6] = [
+            &[],
+            &[b"application/json, application/vnd.kubernetes.protobuf"],
+            &[b"*/*"],
+            &[b"application/vnd.kubernetes.protobufx"],
+            &[
+                b"application/vnd.kubernetes.protobuf;stream=watch\xff",
+                b"application/json",
+            ],
+            &[b"application/yaml", b"application/vnd.kubernetes.protobuf"],
+        ];
+        for values in not_preferred {
+            assert!(!prefers_protobuf(&accepting(values)), "{values:?}");
+        }
+    }
 }

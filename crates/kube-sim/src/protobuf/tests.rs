@@ -19,8 +19,14 @@ fn envelope_raw(body: &[u8]) -> (k8s_pb::apimachinery::pkg::runtime::Unknown, Ve
 /// decodes that with kube-sim: the object must come back unchanged. The
 /// one-pass encoder from JSON text must give the same object too.
 fn round_trip<M: prost::Message + Default>(object: Value) -> M {
-    let streamed = encode_json_object(&serde_json::to_vec(&object).unwrap())
-        .unwrap_or_else(|e| panic!("encode from JSON text: {e}"));
+    let text = serde_json::to_vec(&object).unwrap();
+    let streamed =
+        encode_json_object(&text).unwrap_or_else(|e| panic!("encode from JSON text: {e}"));
+    assert_eq!(
+        encode_object_in_memory(&object, text.len()).unwrap(),
+        streamed,
+        "the encoding from memory must be the text's, byte for byte"
+    );
     let (_, raw) = envelope_raw(&streamed);
     M::decode(raw.as_slice())
         .unwrap_or_else(|e| panic!("prost decode of the one-pass encoding: {e}"));
@@ -241,6 +247,117 @@ fn the_one_pass_encoder_refuses_what_protobuf_cannot_hold_by_name() {
         decode_object(&list).unwrap()["items"][0]["metadata"]["name"],
         "a"
     );
+}
+
+/// What a write answers from memory against what the stored text gives.
+fn in_memory_and_from_text(object: &Value) -> (Result<Vec<u8>, EncodeError>, Vec<u8>) {
+    let text = serde_json::to_vec(object).unwrap();
+    let from_text = encode_json_object(&text);
+    let from_memory = encode_object_in_memory(object, text.len());
+    assert_eq!(from_memory, from_text, "{object}");
+    (from_memory, text)
+}
+
+#[test]
+fn a_written_object_encodes_from_memory_exactly_as_from_its_stored_text() {
+    let objects = [
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("settings"),
+            "data": {"b.conf": "x = 1\ny = \"two\"", "a.txt": "é ✓", "empty": ""},
+            "binaryData": {"blob": "AAECAwQ=", "none": ""},
+            "immutable": false,
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": meta("trainer-0"),
+            "spec": {
+                "containers": [
+                    {"name": "main", "image": "pytorch:2", "command": ["python", "train.py"],
+                     "ports": [{"name": "dist", "containerPort": 29500, "protocol": "TCP"},
+                               {"containerPort": 8080, "hostPort": 0}],
+                     "resources": {"limits": {"nvidia.com/gpu": "8", "memory": "512Gi"},
+                                   "requests": {"cpu": "7500m", "memory": "1.5e3Mi"}},
+                     "livenessProbe": {"exec": {"command": ["true"]}, "failureThreshold": 3},
+                     "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}},
+                    {"name": "sidecar", "image": "busybox", "env": [{"name": "X", "value": ""}],
+                     "resources": {}},
+                ],
+                "priority": -5,
+                // A whole number written as a float is still an int32.
+                "terminationGracePeriodSeconds": 30.0,
+                "nodeSelector": {"gpu": "h100"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule",
+                                 "tolerationSeconds": 300}],
+            },
+            "status": {"phase": "Running", "startTime": "2026-12-04T10:00:00Z",
+                       "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null,
+                                       "lastTransitionTime": "2026-12-04T10:00:02Z"}]},
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Event", "metadata": meta("trainer-0.1"),
+            "involvedObject": {"kind": "Pod", "name": "trainer-0", "namespace": "team-a"},
+            "reason": "Scheduled", "message": "assigned to node-1", "type": "Normal",
+            "eventTime": "2026-12-04T10:00:00.123456Z", "firstTimestamp": null,
+            "series": {"count": 2, "lastObservedTime": "2026-12-04T10:00:05.000001Z"},
+            "reportingComponent": "default-scheduler", "reportingInstance": "kube-sim",
+        }),
+        json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e2", "namespace": "team-a"},
+            "eventTime": "2026-12-04T10:00:00.000000Z", "reportingController": "gpuid",
+            "reportingInstance": "gpuid-1", "action": "Probe", "reason": "GpuInventoryChanged",
+            "regarding": {"kind": "Node", "name": "node-1"}, "note": "8 GPUs",
+            "deprecatedCount": 0,
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": meta("svc"),
+            "spec": {"ports": [{"port": 80, "targetPort": "http"}, {"port": 81, "targetPort": 8081}],
+                     "selector": {"app": "web"}},
+        }),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta("web"),
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+                     "template": {"metadata": {"labels": {"app": "web"}, "creationTimestamp": null},
+                                  "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+        }),
+    ];
+    for object in &objects {
+        let (encoded, _) = in_memory_and_from_text(object);
+        let encoded = encoded.unwrap_or_else(|e| panic!("{e}: {object}"));
+        // What a client decodes is the object the store holds, but for the
+        // nulls JSON writes and protobuf leaves out.
+        let back = decode_object(&encoded).unwrap();
+        assert_eq!(back["metadata"], object["metadata"]);
+    }
+}
+
+#[test]
+fn an_object_protobuf_cannot_hold_fails_from_memory_as_from_text() {
+    // A key newer than the schema: the answer goes out as JSON instead.
+    let novel = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"},
+                       "data": {"k": "v"}, "novel": {"x": 1}});
+    let (encoded, _) = in_memory_and_from_text(&novel);
+    assert_eq!(
+        encoded.unwrap_err(),
+        EncodeError::UnknownKey {
+            message: "api.core.v1.ConfigMap".into(),
+            key: "novel".into()
+        }
+    );
+    let nested = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                        "spec": {"containers": [{"name": "c", "novelty": true}]}});
+    assert!(matches!(
+        in_memory_and_from_text(&nested).0,
+        Err(EncodeError::UnknownKey { key, .. }) if key == "novelty"
+    ));
+    let bad_time = json!({"apiVersion": "v1", "kind": "Pod",
+                          "metadata": {"name": "p", "creationTimestamp": "yesterday"}});
+    assert!(in_memory_and_from_text(&bad_time).0.is_err());
+    let custom =
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}});
+    assert!(matches!(
+        in_memory_and_from_text(&custom).0,
+        Err(EncodeError::UnknownKind { .. })
+    ));
 }
 
 #[test]

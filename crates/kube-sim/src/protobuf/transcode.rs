@@ -5,6 +5,10 @@
 //! fields come out in the JSON's key order, which every protobuf decoder
 //! accepts (Go's merges repeated occurrences of a message field, which the
 //! inline structs rely on).
+//!
+//! The same visitor also reads an object still in memory as a `Value` (a
+//! write's answer): serde_json's `Value` is a deserializer too, so both
+//! forms go through one code path and give the same bytes.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -17,20 +21,49 @@ use super::decode::MAX_DEPTH;
 use super::schema::{Label, Message, Schema, Special, Type};
 use super::{MAGIC, encode, special, wire};
 
+/// The type meta an answer's message is chosen by.
+#[derive(serde::Deserialize)]
+struct TypeMeta<'a> {
+    #[serde(rename = "apiVersion", borrow, default)]
+    api_version: Cow<'a, str>,
+    #[serde(borrow, default)]
+    kind: Cow<'a, str>,
+}
+
 /// Encodes the JSON text of an object (its `apiVersion` and `kind` name
 /// the message) with the magic and envelope.
 pub fn object(json: &[u8]) -> Result<Vec<u8>, EncodeError> {
-    #[derive(serde::Deserialize)]
-    struct TypeMeta<'a> {
-        #[serde(rename = "apiVersion", borrow, default)]
-        api_version: Cow<'a, str>,
-        #[serde(borrow, default)]
-        kind: Cow<'a, str>,
-    }
-    let meta: TypeMeta<'_> = serde_json::from_slice(json).map_err(|e| EncodeError::Shape {
+    let meta = serde_json::from_slice(json).map_err(unreadable)?;
+    enveloped(
+        meta,
+        json.len() / 2 + 64,
+        &mut serde_json::Deserializer::from_slice(json),
+    )
+}
+
+/// [`object`] for an object still in memory, as a write has it: the same
+/// visitor reads the `Value` instead of the text, so the bytes are the
+/// ones the text would give (the text is the `Value` serialized, keys in
+/// the same order) without reading any JSON. `size_hint` is the length
+/// of the object's JSON text, to size the output once.
+pub fn object_in_memory(value: &Value, size_hint: usize) -> Result<Vec<u8>, EncodeError> {
+    let meta = serde::Deserialize::deserialize(value).map_err(unreadable)?;
+    enveloped(meta, size_hint / 2 + 64, value)
+}
+
+fn unreadable(e: serde_json::Error) -> EncodeError {
+    EncodeError::Shape {
         message: "the answer".into(),
         found: e.to_string(),
-    })?;
+    }
+}
+
+/// The envelope around the message `object` reads as, from either form.
+fn enveloped<'de, D: serde::Deserializer<'de>>(
+    meta: TypeMeta<'_>,
+    capacity: usize,
+    object: D,
+) -> Result<Vec<u8>, EncodeError> {
     let schema = super::schema::schema();
     let index =
         schema
@@ -39,7 +72,7 @@ pub fn object(json: &[u8]) -> Result<Vec<u8>, EncodeError> {
                 api_version: meta.api_version.to_string(),
                 kind: meta.kind.to_string(),
             })?;
-    let mut out = Vec::with_capacity(json.len() / 2 + 64);
+    let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(MAGIC);
     wire::put_nested(&mut out, 1, |out| {
         wire::put_bytes(out, 1, meta.api_version.as_bytes());
@@ -48,7 +81,6 @@ pub fn object(json: &[u8]) -> Result<Vec<u8>, EncodeError> {
     })?;
     let mut failure = None;
     wire::put_nested(&mut out, 2, |out| {
-        let mut de = serde_json::Deserializer::from_slice(json);
         let seed = MessageSeed {
             schema,
             msg: schema.message(index),
@@ -56,7 +88,7 @@ pub fn object(json: &[u8]) -> Result<Vec<u8>, EncodeError> {
             depth: 0,
             failure: &mut failure,
         };
-        seed.deserialize(&mut de).map_err(|e| {
+        seed.deserialize(object).map_err(|e| {
             failure.take().unwrap_or(EncodeError::Shape {
                 message: schema.message(index).name.clone(),
                 found: e.to_string(),
@@ -198,7 +230,8 @@ impl<'de> DeserializeSeed<'de> for FieldSeed<'_, '_> {
         if let (Label::One, Type::Message(index)) = (self.field.label, self.field.ty) {
             match self.schema.message(index).special {
                 Special::RawJson => {
-                    let raw: &serde_json::value::RawValue = serde::Deserialize::deserialize(d)?;
+                    // Boxed: a `Value` hands its raw text out owned.
+                    let raw: Box<serde_json::value::RawValue> = serde::Deserialize::deserialize(d)?;
                     if raw.get() != "null" {
                         wire::put_nested(self.out, self.field.number, |o| {
                             wire::put_bytes(o, 1, raw.get().as_bytes());

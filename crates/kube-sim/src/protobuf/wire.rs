@@ -141,9 +141,43 @@ pub fn put_nested<E>(
     if len < 0x80 {
         out[at] = len as u8;
     } else {
-        let mut prefix = Vec::with_capacity(5);
-        put_varint(&mut prefix, len as u64);
-        out.splice(at..at + 1, prefix);
+        // Widen the one-byte guess in place, without a buffer on the heap
+        // (a payload over 127 bytes is most objects' metadata).
+        let mut prefix = [0u8; 10];
+        let mut width = 0;
+        let mut rest = len as u64;
+        while rest >= 0x80 {
+            prefix[width] = (rest as u8 & 0x7f) | 0x80;
+            rest >>= 7;
+            width += 1;
+        }
+        prefix[width] = rest as u8;
+        width += 1;
+        let end = out.len();
+        out.resize(end + width - 1, 0);
+        out.copy_within(at + 1..end, at + width);
+        out[at..at + width].copy_from_slice(&prefix[..width]);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nested_field_is_framed_as_the_same_bytes_written_directly_at_any_length() {
+        for len in [0, 1, 127, 128, 300, 16_383, 16_384, 2_097_152] {
+            let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let mut direct = vec![7];
+            put_bytes(&mut direct, 3, &payload);
+            let mut nested = vec![7];
+            put_nested(&mut nested, 3, |out| {
+                out.extend_from_slice(&payload);
+                Ok::<_, ()>(())
+            })
+            .unwrap();
+            assert_eq!(nested, direct, "a payload of {len} bytes");
+        }
+    }
 }

@@ -28,7 +28,7 @@ pub use delete::{DeleteOptions, Propagation};
 pub use durable::{DATABASE_FILE, DataDirError};
 pub use list::{ListOptions, ListPage};
 pub use watch::WatchOptions;
-pub use write::{Subresource, WriteParams};
+pub use write::{KeptObject, Subresource, WriteParams};
 
 use crate::error::ApiError;
 use crate::object::{ObjectKey, StoredObject};

@@ -271,12 +271,15 @@ impl State {
         rt: &ResourceType,
         outcome: UpdateOutcome,
         current: Arc<StoredObject>,
+        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
         match outcome {
             UpdateOutcome::Unchanged => Ok(current),
             UpdateOutcome::DryRun(stored) => Ok(stored),
             UpdateOutcome::Commit { new, removes: true } => {
-                let removed = self.commit(rt, new, ChangeType::Deleted, Some(current))?;
+                let (removed, value) =
+                    self.commit_keeping_value(rt, new, ChangeType::Deleted, Some(current))?;
+                params.kept.keep(&removed, value);
                 self.after_removal(rt, &removed);
                 Ok(removed)
             }
@@ -284,7 +287,9 @@ impl State {
                 new,
                 removes: false,
             } => {
-                let stored = self.commit(rt, new, ChangeType::Modified, Some(current))?;
+                let (stored, value) =
+                    self.commit_keeping_value(rt, new, ChangeType::Modified, Some(current))?;
+                params.kept.keep(&stored, value);
                 if is_crd_type(rt) {
                     self.register_crd(&stored);
                 }
@@ -385,7 +390,7 @@ impl Store {
             if !unchanged {
                 continue;
             }
-            let result = state.finish_update(rt, outcome, current);
+            let result = state.finish_update(rt, outcome, current, params);
             if let Ok(stored) = &result
                 && !params.dry_run
             {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::update::{check_body, decided_outside_lock, prepare_update};
@@ -45,6 +46,42 @@ pub struct WriteParams {
     /// Whether the object came as a whole body or as the result of a
     /// patch: the two are refused by `Strict` in different words.
     pub(crate) origin: WriteOrigin,
+    /// Where the write leaves the object it stored, still in memory, when
+    /// the answer is wanted in protobuf (see [`KeptObject`]).
+    pub kept: KeptObject,
+}
+
+/// The object a write stored, as the `Value` it was serialized from. A
+/// protobuf answer encoded from it skips reading the stored JSON text
+/// again, which cost more than the JSON client's whole body parse. Off
+/// unless the HTTP layer asks ([`KeptObject::wanted`]); shared by the
+/// clones of one request's parameters, as a patch clones them.
+#[derive(Debug, Clone, Default)]
+pub struct KeptObject(Option<Arc<Mutex<Option<Kept>>>>);
+
+/// A stored object and the `Value` its JSON text was serialized from.
+type Kept = (Arc<StoredObject>, Value);
+
+impl KeptObject {
+    pub fn wanted() -> Self {
+        Self(Some(Arc::default()))
+    }
+
+    /// Keeps `value`, the object `stored` was made from (dropped when
+    /// nobody asked).
+    pub(super) fn keep(&self, stored: &Arc<StoredObject>, value: Value) {
+        if let Some(slot) = &self.0 {
+            *slot.lock() = Some((stored.clone(), value));
+        }
+    }
+
+    /// The kept object when it is the one `answer` was made from. A write
+    /// that stored nothing (an unchanged update, a dry run) or answers
+    /// with another object gives `None`: the answer is read from its text.
+    pub fn take_for(&self, answer: &Arc<StoredObject>) -> Option<Value> {
+        let (stored, value) = self.0.as_ref()?.lock().take()?;
+        Arc::ptr_eq(&stored, answer).then_some(value)
+    }
 }
 
 /// How the object being written reached the store.
@@ -836,7 +873,8 @@ impl State {
                 .map(Arc::new)
                 .map_err(|e| ApiError::internal(e.to_string()));
         }
-        let stored = self.commit(rt, value, ChangeType::Added, None)?;
+        let (stored, value) = self.commit_keeping_value(rt, value, ChangeType::Added, None)?;
+        params.kept.keep(&stored, value);
         if is_crd_type(rt) {
             self.register_crd(&stored);
         }
@@ -847,10 +885,23 @@ impl State {
     pub(super) fn commit(
         &mut self,
         rt: &ResourceType,
-        mut value: Value,
+        value: Value,
         change: ChangeType,
         previous: Option<Arc<StoredObject>>,
     ) -> Result<Arc<StoredObject>, ApiError> {
+        self.commit_keeping_value(rt, value, change, previous)
+            .map(|(stored, _)| stored)
+    }
+
+    /// [`Self::commit`], handing back the final object as well (what a
+    /// protobuf answer is encoded from, see [`KeptObject`]).
+    pub(super) fn commit_keeping_value(
+        &mut self,
+        rt: &ResourceType,
+        mut value: Value,
+        change: ChangeType,
+        previous: Option<Arc<StoredObject>>,
+    ) -> Result<(Arc<StoredObject>, Value), ApiError> {
         let rv = self.next_rv();
         if let Some(meta) = metadata_mut(&mut value) {
             meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -861,7 +912,7 @@ impl State {
         let gr = rt.storage_key();
         self.persist(&gr, change, &stored)?;
         self.record(&gr, change, stored.clone(), previous);
-        Ok(stored)
+        Ok((stored, value))
     }
 
     /// The stored object as seen through `version`.
@@ -1177,7 +1228,7 @@ impl State {
                 }
             },
         )?;
-        self.finish_update(rt, outcome, current)
+        self.finish_update(rt, outcome, current, params)
     }
 }
 
@@ -1215,5 +1266,86 @@ mod tests {
             json!({"a": 1, "b": ["x"]})
         );
         assert_eq!(parse_apply_body(b"a: [").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn a_write_keeps_the_object_its_stored_text_was_made_from_only_when_asked() {
+        let store = Store::new(super::super::StoreConfig::default());
+        let rt = store.resolve("", "v1", "configmaps").unwrap();
+        let asking = || WriteParams {
+            kept: KeptObject::wanted(),
+            ..WriteParams::default()
+        };
+        let body = json!({"metadata": {"name": "c"}, "data": {"k": "v"}});
+
+        let params = asking();
+        let created = store
+            .create(&rt, "v1", Some("default"), body.clone(), &params)
+            .unwrap();
+        let kept = params.kept.take_for(&created).expect("a create keeps it");
+        assert_eq!(serde_json::to_vec(&kept).unwrap(), created.json);
+        assert!(params.kept.take_for(&created).is_none(), "taken once");
+
+        let params = asking();
+        let patched = store
+            .patch(
+                &rt,
+                "v1",
+                Some("default"),
+                "c",
+                PatchKind::Merge,
+                br#"{"data":{"k":"v2"}}"#,
+                Subresource::Main,
+                &params,
+            )
+            .unwrap();
+        let kept = params.kept.take_for(&patched).expect("a patch keeps it");
+        assert_eq!(serde_json::to_vec(&kept).unwrap(), patched.json);
+        assert_eq!(kept["data"]["k"], "v2");
+        // Kept for another object is not handed out for this one.
+        let params = asking();
+        let mut again = kept.clone();
+        again["data"]["k"] = json!("v3");
+        let updated = store
+            .update(
+                &rt,
+                "v1",
+                Some("default"),
+                "c",
+                again,
+                Subresource::Main,
+                &params,
+            )
+            .unwrap();
+        assert!(params.kept.take_for(&patched).is_none());
+
+        // An update that changes nothing stores nothing, and keeps nothing.
+        let params = asking();
+        let unchanged = store
+            .update(
+                &rt,
+                "v1",
+                Some("default"),
+                "c",
+                updated.value(),
+                Subresource::Main,
+                &params,
+            )
+            .unwrap();
+        assert!(Arc::ptr_eq(&unchanged, &updated));
+        assert!(params.kept.take_for(&unchanged).is_none());
+
+        // Nobody asked: nothing is kept.
+        let params = WriteParams::default();
+        let other = store
+            .create(
+                &rt,
+                "v1",
+                Some("default"),
+                json!({"metadata": {"name": "d"}}),
+                &params,
+            )
+            .unwrap();
+        assert!(params.kept.take_for(&other).is_none());
     }
 }
