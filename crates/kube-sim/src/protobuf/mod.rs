@@ -16,6 +16,7 @@
 mod decode;
 mod encode;
 pub mod gnostic;
+mod memory;
 pub mod schema;
 mod special;
 mod transcode;

@@ -48,7 +48,40 @@ pub fn object(json: &[u8]) -> Result<Vec<u8>, EncodeError> {
 /// of the object's JSON text, to size the output once.
 pub fn object_in_memory(value: &Value, size_hint: usize) -> Result<Vec<u8>, EncodeError> {
     let meta = serde::Deserialize::deserialize(value).map_err(unreadable)?;
-    enveloped(meta, size_hint / 2 + 64, value)
+    enveloped(meta, size_hint / 2 + 64, super::memory::InMemory(value))
+}
+
+/// Embedded JSON's text: borrowed from an answer's JSON text, or written
+/// out of an object in memory (see [`super::memory`]).
+struct RawJsonText<'de>(Cow<'de, [u8]>);
+
+impl<'de> serde::Deserialize<'de> for RawJsonText<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_newtype_struct(super::memory::RAW_JSON, RawJsonVisitor)
+    }
+}
+
+struct RawJsonVisitor;
+
+impl<'de> Visitor<'de> for RawJsonVisitor {
+    type Value = RawJsonText<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("embedded JSON")
+    }
+
+    /// JSON text: serde_json lends the value's own slice.
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> Result<Self::Value, D::Error> {
+        let raw: &'de serde_json::value::RawValue = serde::Deserialize::deserialize(d)?;
+        Ok(RawJsonText(Cow::Borrowed(raw.get().as_bytes())))
+    }
+
+    fn visit_byte_buf<E: serde::de::Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
+        Ok(RawJsonText(Cow::Owned(bytes)))
+    }
 }
 
 fn unreadable(e: serde_json::Error) -> EncodeError {
@@ -230,11 +263,10 @@ impl<'de> DeserializeSeed<'de> for FieldSeed<'_, '_> {
         if let (Label::One, Type::Message(index)) = (self.field.label, self.field.ty) {
             match self.schema.message(index).special {
                 Special::RawJson => {
-                    // Boxed: a `Value` hands its raw text out owned.
-                    let raw: Box<serde_json::value::RawValue> = serde::Deserialize::deserialize(d)?;
-                    if raw.get() != "null" {
+                    let raw: RawJsonText<'de> = serde::Deserialize::deserialize(d)?;
+                    if raw.0.as_ref() != b"null" {
                         wire::put_nested(self.out, self.field.number, |o| {
-                            wire::put_bytes(o, 1, raw.get().as_bytes());
+                            wire::put_bytes(o, 1, &raw.0);
                             Ok::<_, EncodeError>(())
                         })
                         .ok();
