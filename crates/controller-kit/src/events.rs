@@ -37,6 +37,17 @@ pub struct EventError {
     pub source: kube::Error,
 }
 
+impl EventError {
+    fn new(regarding: &ObjectReference, reason: &str, source: kube::Error) -> Self {
+        EventError {
+            reason: reason.to_string(),
+            kind: regarding.kind.clone().unwrap_or_default(),
+            name: regarding.name.clone().unwrap_or_default(),
+            source,
+        }
+    }
+}
+
 /// Emits Events on behalf of one controller. Cheap to clone.
 #[derive(Clone)]
 pub struct EventSink {
@@ -128,12 +139,7 @@ impl EventSink {
         self.recorder
             .publish(&event, regarding)
             .await
-            .map_err(|source| EventError {
-                reason: reason.to_string(),
-                kind: regarding.kind.clone().unwrap_or_default(),
-                name: regarding.name.clone().unwrap_or_default(),
-                source,
-            })
+            .map_err(|source| EventError::new(regarding, reason, source))
     }
 
     /// Like [`EventSink::publish`], but logs a failure instead of returning it: an event
@@ -172,12 +178,7 @@ impl EventSink {
             .publish_by_note(regarding, event_type, reason, action, note)
             .await
         {
-            let error = EventError {
-                reason: reason.to_string(),
-                kind: regarding.kind.clone().unwrap_or_default(),
-                name: regarding.name.clone().unwrap_or_default(),
-                source,
-            };
+            let error = EventError::new(regarding, reason, source);
             tracing::warn!(%error, "event not recorded");
         }
     }

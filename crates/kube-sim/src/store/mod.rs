@@ -411,8 +411,12 @@ impl State {
         object: Arc<StoredObject>,
         previous: Option<Arc<StoredObject>>,
     ) {
+        // A create already holds what `allocate` gave it; only updates and
+        // deletes change what a Service holds (each a parse of the object,
+        // kept off the create path TFJob's headless Services take).
         if gr.group.is_empty()
             && gr.resource == "services"
+            && change != ChangeType::Added
             && let Some(addresses) = &mut self.service_addresses
         {
             if let Some(previous) = &previous {

@@ -4,7 +4,8 @@
 //!
 //! The addresses in use are learnt from the stored Services the first time
 //! one is needed (which also covers a store restored from a data
-//! directory) and kept up to date from every committed change after that.
+//! directory); after that a create holds what it allocates, and committed
+//! updates and deletes release what the Service held before.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -100,12 +101,7 @@ impl ServiceAddresses {
             .map(str::to_string);
         let ip = match chosen {
             Some(ip) => Some(ip),
-            None => {
-                let ips = &self.ips;
-                self.pool
-                    .allocate_unless(|ip| ips.contains(ip))
-                    .map(|ip| ip.to_string())
-            }
+            None => self.pool.allocate(&self.ips).map(|ip| ip.to_string()),
         };
         if let Some(ip) = ip {
             if let Ok(parsed) = ip.parse::<Ipv4Addr>() {
