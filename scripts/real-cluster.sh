@@ -869,6 +869,9 @@ EOF
   chmod 600 "$STATE/token-auth.csv"
 
   local p="$STATE/pki"
+  # --enable-aggregator-routing: admission webhooks named by a Service are
+  # dialled at an address of its EndpointSlices (there is no kube-proxy
+  # here), the way kube-sim resolves them; tests point the slice at 127.0.0.1.
   start kube-apiserver "$BIN/kube-apiserver" \
     --advertise-address=127.0.0.1 --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
@@ -892,6 +895,7 @@ EOF
     --proxy-client-cert-file="$p/front-proxy-client.crt" \
     --proxy-client-key-file="$p/front-proxy-client.key" \
     --endpoint-reconciler-type=none \
+    --enable-aggregator-routing=true \
     --allow-privileged=true --profiling=false
   wait_for "kube-apiserver /readyz" kube-apiserver apiserver_ready
 

@@ -76,6 +76,17 @@ pub fn apply(group: &str, kind: &str, value: &mut Value) {
                 set_missing(map, "preemptionPolicy", json!("PreemptLowerPriority"));
             }
         }
+        (
+            "admissionregistration.k8s.io",
+            kind @ ("MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"),
+        ) => {
+            let mutating = kind.starts_with("Mutating");
+            if let Some(map) = value.as_object_mut() {
+                for hook in items_mut(map, "webhooks") {
+                    webhook(hook, mutating);
+                }
+            }
+        }
         ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
             if let Some(spec) = object(value, "spec") {
                 set_missing(spec, "failurePolicy", json!("Fail"));
@@ -297,6 +308,29 @@ fn qos_class(spec: &Value) -> &'static str {
         "Guaranteed"
     } else {
         "Burstable"
+    }
+}
+
+/// admissionregistration/v1 webhook defaults: failing closed, equivalent
+/// versions, every namespace and object, ten seconds, port 443.
+fn webhook(hook: &mut Map<String, Value>, mutating: bool) {
+    set_missing(hook, "failurePolicy", json!("Fail"));
+    set_missing(hook, "matchPolicy", json!("Equivalent"));
+    set_missing(hook, "namespaceSelector", json!({}));
+    set_missing(hook, "objectSelector", json!({}));
+    set_missing(hook, "timeoutSeconds", json!(10));
+    if mutating {
+        set_missing(hook, "reinvocationPolicy", json!("Never"));
+    }
+    for rule in items_mut(hook, "rules") {
+        set_missing(rule, "scope", json!("*"));
+    }
+    if let Some(service) = hook
+        .get_mut("clientConfig")
+        .and_then(|c| c.get_mut("service"))
+        .and_then(Value::as_object_mut)
+    {
+        set_missing(service, "port", json!(443));
     }
 }
 

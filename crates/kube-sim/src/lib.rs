@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 pub mod apply;
 mod crd;
 mod defaults;

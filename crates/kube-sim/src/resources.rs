@@ -237,6 +237,7 @@ fn builtins() -> Vec<Builtin> {
     use k8s_openapi::api::batch::v1 as batch;
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
+    use k8s_openapi::api::discovery::v1 as discovery;
     use k8s_openapi::api::events::v1 as events;
     use k8s_openapi::api::policy::v1 as policy;
     use k8s_openapi::api::rbac::v1 as rbac;
@@ -429,6 +430,65 @@ fn builtins() -> Vec<Builtin> {
             name_rule: Subdomain,
             status_on_create: Drop,
             normalize: roundtrip::<policy::PodDisruptionBudget>,
+            extra_fields: &[],
+        },
+        // Admission webhooks are called on writes (crate::admission).
+        Builtin {
+            group: "admissionregistration.k8s.io",
+            version: "v1",
+            kind: "MutatingWebhookConfiguration",
+            plural: "mutatingwebhookconfigurations",
+            namespaced: false,
+            short_names: &[],
+            categories: &["api-extensions"],
+            status: false,
+            name_rule: Subdomain,
+            status_on_create: Keep,
+            normalize: roundtrip::<admission::MutatingWebhookConfiguration>,
+            extra_fields: &[],
+        },
+        Builtin {
+            group: "admissionregistration.k8s.io",
+            version: "v1",
+            kind: "ValidatingWebhookConfiguration",
+            plural: "validatingwebhookconfigurations",
+            namespaced: false,
+            short_names: &[],
+            categories: &["api-extensions"],
+            status: false,
+            name_rule: Subdomain,
+            status_on_create: Keep,
+            normalize: roundtrip::<admission::ValidatingWebhookConfiguration>,
+            extra_fields: &[],
+        },
+        // Stored for webhooks' Services to name their addresses (kube-sim
+        // keeps no slices for Services with selectors).
+        Builtin {
+            group: "discovery.k8s.io",
+            version: "v1",
+            kind: "EndpointSlice",
+            plural: "endpointslices",
+            namespaced: true,
+            short_names: &[],
+            categories: &[],
+            status: false,
+            name_rule: Subdomain,
+            status_on_create: Keep,
+            normalize: roundtrip::<discovery::EndpointSlice>,
+            extra_fields: &[],
+        },
+        Builtin {
+            group: "",
+            version: "v1",
+            kind: "Endpoints",
+            plural: "endpoints",
+            namespaced: true,
+            short_names: &["ep"],
+            categories: &[],
+            status: false,
+            name_rule: Subdomain,
+            status_on_create: Keep,
+            normalize: roundtrip::<core::Endpoints>,
             extra_fields: &[],
         },
         Builtin {

@@ -39,6 +39,62 @@ impl LabelSelector {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 
+    /// A `metav1.LabelSelector` object (`matchLabels` and
+    /// `matchExpressions`), as webhooks and workloads carry it; `{}` or
+    /// null matches everything. An expression it cannot read is an error.
+    pub fn from_object(selector: &serde_json::Value) -> Result<Self, String> {
+        let mut requirements = Vec::new();
+        if selector.is_null() {
+            return Ok(Self { requirements });
+        }
+        if let Some(labels) = selector.get("matchLabels").and_then(|m| m.as_object()) {
+            for (key, value) in labels {
+                let value = value
+                    .as_str()
+                    .ok_or_else(|| format!("matchLabels[{key}] must be a string"))?;
+                requirements.push(Requirement::Equals(key.clone(), value.to_string()));
+            }
+        }
+        let expressions = selector
+            .get("matchExpressions")
+            .and_then(|e| e.as_array())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for expression in expressions {
+            let key = expression
+                .get("key")
+                .and_then(|k| k.as_str())
+                .ok_or("a matchExpressions entry needs a key")?
+                .to_string();
+            let values: Vec<String> = expression
+                .get("values")
+                .and_then(|v| v.as_array())
+                .map(|v| {
+                    v.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let operator = expression
+                .get("operator")
+                .and_then(|o| o.as_str())
+                .unwrap_or_default();
+            requirements.push(match operator {
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::DoesNotExist(key),
+                other => return Err(format!("{other:?} is not a valid label selector operator")),
+            });
+        }
+        Ok(Self { requirements })
+    }
+
+    /// Whether it has no requirement (and so matches everything).
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
     pub fn parse(input: &str) -> Result<Self, String> {
         let mut requirements = Vec::new();
         for clause in split_top_level(input)? {

@@ -215,6 +215,7 @@ impl KubeSimBuilder {
             metrics: metrics.clone(),
             tokens: Arc::new(crate::tokens::Tokens::new(reviewable_tokens)),
             openapi_v2: Default::default(),
+            admission: Default::default(),
         };
         let certificates = if self.tls {
             Some(crate::tls::ServingCertificates::generate()?)

@@ -191,6 +191,12 @@ fn go_owner_reference_json(owner: &Value) -> String {
 /// Kind-specific checks for built-ins kube-sim knows well enough to check.
 pub fn kind_specific(rt: &ResourceType, value: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
+    if !rt.custom
+        && rt.group == "admissionregistration.k8s.io"
+        && rt.kind.ends_with("WebhookConfiguration")
+    {
+        return crate::admission::validation::configuration(&rt.kind, value);
+    }
     if rt.custom || !rt.group.is_empty() {
         return causes;
     }

@@ -275,6 +275,13 @@ impl ListTypes {
             ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
                 t.keyed("status.conditions", &["type"], Some("type"));
             }
+            (
+                "admissionregistration.k8s.io",
+                "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
+            ) => {
+                t.keyed("webhooks", &["name"], Some("name"));
+            }
+            ("discovery.k8s.io", "EndpointSlice") => {}
             ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
                 t.set_list("spec.validationActions", ListType::Set);
             }

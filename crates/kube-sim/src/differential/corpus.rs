@@ -48,6 +48,10 @@ const EMBEDDED: &[(&str, &str)] = &[
     ("errors", include_str!("../../differential/errors.yaml")),
     ("protobuf", include_str!("../../differential/protobuf.yaml")),
     ("defaults", include_str!("../../differential/defaults.yaml")),
+    (
+        "admission",
+        include_str!("../../differential/admission.yaml"),
+    ),
 ];
 
 /// The differences we know of and keep, each with its reason.

@@ -1,6 +1,7 @@
 //! The HTTP face of kube-sim: one axum Router, usable in-process as a
 //! `kube::Client` service or served on a loopback port.
 
+mod admitted;
 pub mod auth;
 pub mod discovery;
 pub(crate) mod eviction;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub tokens: Arc<crate::tokens::Tokens>,
     /// The last `/openapi/v2` rendering (openapi_v2.rs).
     pub openapi_v2: Arc<openapi_v2::Cache>,
+    /// Admission webhook configurations as last read (admitted.rs).
+    pub admission: Arc<crate::admission::Admission>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -218,6 +221,25 @@ async fn handle(
         ApiPath::Resource(raw) => raw.resolve(store)?,
     };
     let query = query::Query::parse(uri.query().unwrap_or_default());
+    let sub = match target.subresource.as_deref() {
+        None => Some(Subresource::Main),
+        Some("status") if target.rt.has_status(&target.version) => Some(Subresource::Status),
+        Some(_) => None,
+    };
+    if let Some(sub) = sub {
+        let write = admitted::Write {
+            state,
+            target: &target,
+            method,
+            query: &query,
+            headers,
+            caller,
+            sub,
+        };
+        if let Some(webhooks) = admitted::webhooks_for(&write) {
+            return admitted::serve(&write, &webhooks, body).await;
+        }
+    }
     match (&target.name, target.subresource.as_deref()) {
         (None, _) => collection(store, &target, method, &query, headers, body),
         (Some(_), None) => object(

@@ -342,6 +342,15 @@ fn register_builtin(
         ("policy", "v1", "PodDisruptionBudget") => {
             register::<policy::PodDisruptionBudget>(generator)
         }
+        ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => {
+            register::<admission::MutatingWebhookConfiguration>(generator)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => {
+            register::<admission::ValidatingWebhookConfiguration>(generator)
+        }
+        ("discovery.k8s.io", "v1", "EndpointSlice") => {
+            register::<k8s_openapi::api::discovery::v1::EndpointSlice>(generator)
+        }
         ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => {
             register::<admission::ValidatingAdmissionPolicy>(generator)
         }

@@ -40,7 +40,7 @@ mod validate;
 use serde_json::Value;
 
 pub use errors::{FieldError, FieldErrorKind, status_message};
-pub use rules::{PER_CALL_LIMIT, RUNTIME_COST_BUDGET};
+pub use rules::{Expression, PER_CALL_LIMIT, RUNTIME_COST_BUDGET};
 
 /// A CRD version's schema, compiled for pruning, defaulting and validation.
 #[derive(Debug)]

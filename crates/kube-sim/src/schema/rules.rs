@@ -801,3 +801,40 @@ fn add_resource_fields(map: &serde_json::Map<String, Value>, entries: &mut HashM
         );
     }
 }
+
+/// A standalone CEL expression over untyped JSON variables, for the
+/// `matchConditions` of admission webhooks: compiled once when the
+/// configuration is read, evaluated per request. Values are converted
+/// without a schema (every map key visible, integers as `int`).
+#[derive(Debug)]
+pub struct Expression {
+    program: Program,
+}
+
+impl Expression {
+    /// Compiles `text` in the same environment as schema rules.
+    pub fn compile(text: &str) -> Result<Self, String> {
+        let env = env()?;
+        env.compile(text)
+            .map(|program| Self { program })
+            .map_err(|e| format!("compilation failed: {e}"))
+    }
+
+    /// Evaluates to a bool with `variables` bound; any other result is an
+    /// error, worded as the apiserver words a non-bool condition.
+    pub fn evaluate_bool(&self, variables: &[(&str, &Value)]) -> Result<bool, String> {
+        let env = env()?;
+        let mut ctx = Context::with_env(Arc::clone(env));
+        for (name, value) in variables {
+            ctx.add_variable_from_value(*name, to_cel(None, value, false));
+        }
+        match self.program.execute(&ctx) {
+            Ok(CelValue::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!(
+                "expression evaluated to {}, not a bool",
+                cel_type_of(&other)
+            )),
+            Err(err) => Err(go_cel_error(&err)),
+        }
+    }
+}

@@ -26,6 +26,14 @@ pub enum Propagation {
 }
 
 impl Propagation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Background => "Background",
+            Self::Foreground => "Foreground",
+            Self::Orphan => "Orphan",
+        }
+    }
+
     pub fn parse(text: &str) -> Result<Self, ApiError> {
         match text {
             "Background" => Ok(Self::Background),

@@ -132,6 +132,8 @@ pub(crate) struct State {
     durable: bool,
     /// Cluster IPs and node ports held by Services; learnt on first use.
     service_addresses: Option<service_addresses::ServiceAddresses>,
+    /// Bumped on every commit to `admissionregistration.k8s.io`.
+    admission_epoch: Arc<AtomicU64>,
 }
 
 /// Counters a test or benchmark can read to see what the server did.
@@ -156,6 +158,8 @@ pub struct Store {
     pub config: StoreConfig,
     pub shutdown: CancellationToken,
     pub stats: Stats,
+    /// See [`Store::admission_epoch`]; the state bumps it on commit.
+    admission_epoch: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -190,6 +194,7 @@ impl Store {
             .filter(|t| t.stored_as.is_none())
             .map(|t| (t.group_resource(), ResourceStore::new(0)))
             .collect();
+        let admission_epoch = Arc::new(AtomicU64::new(0));
         Arc::new(Self {
             state: Mutex::new(State {
                 rv: 0,
@@ -204,11 +209,13 @@ impl Store {
                 durable: journal.is_some(),
                 journal,
                 service_addresses: None,
+                admission_epoch: admission_epoch.clone(),
             }),
             snapshots: Mutex::new(list::Snapshots::default()),
             config,
             shutdown: CancellationToken::new(),
             stats: Stats::default(),
+            admission_epoch,
         })
     }
 
@@ -268,6 +275,69 @@ impl Store {
             .and_then(|r| r.objects.get(&key))
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+    }
+
+    /// One stored object, for kube-sim's own readers (admission resolving a
+    /// webhook's Service); not counted as a client's request.
+    pub(crate) fn object_value(
+        &self,
+        group: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let gr = GroupResource {
+            group: group.to_string(),
+            resource: resource.to_string(),
+        };
+        let key = (namespace.to_string(), name.to_string());
+        let object = self
+            .state
+            .lock()
+            .resources
+            .get(&gr)?
+            .objects
+            .get(&key)
+            .cloned();
+        object.map(|o| o.value())
+    }
+
+    /// Every stored object of a resource (in `namespace` when given), for
+    /// kube-sim's own readers; not counted as a client's list.
+    pub(crate) fn values_of(
+        &self,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> Vec<Value> {
+        let gr = GroupResource {
+            group: group.to_string(),
+            resource: resource.to_string(),
+        };
+        let objects: Vec<Arc<StoredObject>> = {
+            let state = self.state.lock();
+            let Some(store) = state.resources.get(&gr) else {
+                return Vec::new();
+            };
+            match namespace {
+                Some(ns) => store
+                    .objects
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|((object_ns, _), _)| object_ns == ns)
+                    .map(|(_, o)| o.clone())
+                    .collect(),
+                None => store.objects.values().cloned().collect(),
+            }
+        };
+        objects.iter().map(|o| o.value()).collect()
+    }
+
+    /// Changes whenever an admission configuration (webhook or policy) is
+    /// written, so the admission layer knows when to read them again
+    /// without taking the store's lock on every write.
+    pub(crate) fn admission_epoch(&self) -> u64 {
+        self.admission_epoch
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The object's JSON as served at `version` (only `apiVersion` differs
@@ -425,6 +495,10 @@ impl State {
             if change != ChangeType::Deleted {
                 addresses.hold(&object.value());
             }
+        }
+        if gr.group == "admissionregistration.k8s.io" {
+            self.admission_epoch
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
         let limit = self.history_limit;
         let Some(store) = self.resources.get_mut(gr) else {

@@ -144,6 +144,11 @@ fn record_create(rt: &ResourceType, version: &str, params: &WriteParams, value: 
 pub(super) enum Ownership {
     Record,
     Applied,
+    /// A write admission webhooks have seen (crate::admission): the
+    /// writer's managedFields were recorded on its first pass, webhooks'
+    /// changes are nobody's, and a create keeps the uid and
+    /// creationTimestamp validating webhooks were shown.
+    Admitted,
 }
 
 const GENERATE_NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -258,6 +263,48 @@ impl Store {
         }
         self.write_and_collect(rt, params, |state| {
             state.patch(rt, version, namespace, name, kind, body, sub, params)
+        })
+    }
+
+    /// A create whose object admission webhooks have seen (see
+    /// [`Ownership::Admitted`]).
+    pub(crate) fn create_admitted(
+        &self,
+        rt: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        body: Value,
+        params: &WriteParams,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        self.write_and_collect(rt, params, |state| {
+            state.create(rt, version, namespace, body, params, Ownership::Admitted)
+        })
+    }
+
+    /// An update whose object admission webhooks have seen (see
+    /// [`Ownership::Admitted`]); its resourceVersion is the precondition.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn update_admitted(
+        &self,
+        rt: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+        sub: Subresource,
+        params: &WriteParams,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        self.write_and_collect(rt, params, |state| {
+            state.update(
+                rt,
+                version,
+                namespace,
+                name,
+                body,
+                sub,
+                params,
+                Ownership::Admitted,
+            )
         })
     }
 
@@ -743,6 +790,7 @@ impl State {
                     "resourceVersion should not be set on objects to be created",
                 ));
             }
+            let keeps_identity = ownership == Ownership::Admitted;
             for server_owned in [
                 "uid",
                 "resourceVersion",
@@ -752,6 +800,9 @@ impl State {
                 "generation",
                 "selfLink",
             ] {
+                if keeps_identity && matches!(server_owned, "uid" | "creationTimestamp") {
+                    continue;
+                }
                 meta.remove(server_owned);
             }
             let has_name = meta
@@ -769,11 +820,20 @@ impl State {
                     Value::String(format!("{prefix}{}", random_suffix())),
                 );
             }
-            meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
-            meta.insert(
-                "uid".into(),
-                Value::String(uuid::Uuid::new_v4().to_string()),
-            );
+            let given = |meta: &Map<String, Value>, key: &str| {
+                meta.get(key)
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| !v.is_empty())
+            };
+            if !(keeps_identity && given(meta, "creationTimestamp")) {
+                meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+            }
+            if !(keeps_identity && given(meta, "uid")) {
+                meta.insert(
+                    "uid".into(),
+                    Value::String(uuid::Uuid::new_v4().to_string()),
+                );
+            }
             if rt.tracks_generation() {
                 meta.insert("generation".into(), json!(1));
             } else {

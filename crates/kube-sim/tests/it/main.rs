@@ -1,6 +1,7 @@
 //! kube-sim driven by the real kube-rs client and runtime, in-process and
 //! over loopback HTTP, and by kubectl.
 
+mod admission_e2e;
 mod apply;
 mod crd;
 mod crud;
