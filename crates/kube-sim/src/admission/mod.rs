@@ -15,6 +15,7 @@
 //! controllers' writes would.
 
 pub(crate) mod call;
+pub(crate) mod policies;
 pub(crate) mod review;
 pub(crate) mod validation;
 pub(crate) mod webhooks;
@@ -29,12 +30,12 @@ use crate::error::ApiError;
 use crate::field_validation::Warnings;
 use crate::rbac::UserInfo;
 use crate::store::Store;
-use webhooks::{Attributes, FailurePolicy, SideEffects, Webhook, WebhookSet};
+use webhooks::{Attributes, Configured, FailurePolicy, SideEffects, Webhook};
 
 /// The webhook configurations of one server, read again whenever one of
 /// them changes.
 pub struct Admission {
-    cached: Mutex<Option<(u64, Arc<WebhookSet>)>>,
+    cached: Mutex<Option<(u64, Arc<Configured>)>>,
 }
 
 impl Default for Admission {
@@ -51,7 +52,7 @@ impl Admission {
     }
 
     /// The webhooks stored now.
-    pub(crate) fn webhooks(&self, store: &Store) -> Arc<WebhookSet> {
+    pub(crate) fn webhooks(&self, store: &Store) -> Arc<Configured> {
         let epoch = store.admission_epoch();
         let mut cached = self.cached.lock();
         match &*cached {
@@ -60,7 +61,12 @@ impl Admission {
                 let group = "admissionregistration.k8s.io";
                 let mutating = store.values_of(group, "mutatingwebhookconfigurations", None);
                 let validating = store.values_of(group, "validatingwebhookconfigurations", None);
-                let set = Arc::new(WebhookSet::from_configurations(&mutating, &validating));
+                let mut configured = Configured::from_configurations(&mutating, &validating);
+                configured.policies = policies::bind(
+                    &store.values_of(group, "validatingadmissionpolicies", None),
+                    &store.values_of(group, "validatingadmissionpolicybindings", None),
+                );
+                let set = Arc::new(configured);
                 *cached = Some((epoch, set.clone()));
                 set
             }
@@ -243,7 +249,7 @@ fn apply_patch(
 /// patches have nothing to change).
 pub(crate) async fn mutate(
     store: &Store,
-    set: &WebhookSet,
+    set: &Configured,
     request: &Request<'_>,
     object: &mut Option<Value>,
     old_object: Option<&Value>,
@@ -324,25 +330,47 @@ async fn invoke_mutating(
     }
 }
 
-/// Runs the validating webhooks on the final object, all at once; the
-/// first (in configuration order) that denies or fails decides.
+/// Runs the validating admission on the final object: bound
+/// ValidatingAdmissionPolicies, then the validating webhooks, all at once;
+/// the first (in configuration order) that denies or fails decides.
 pub(crate) async fn validate(
     store: &Store,
-    set: &WebhookSet,
+    set: &Configured,
     request: &Request<'_>,
     object: Option<&Value>,
     old_object: Option<&Value>,
     warnings: &Warnings,
 ) -> Result<(), ApiError> {
-    if set.validating.is_empty() {
-        return Ok(());
-    }
     let labels = namespace_labels(store, &request.attrs, object, old_object);
     let objects = Objects {
         object,
         old_object,
         namespace_labels: labels.as_ref(),
     };
+    if !set.policies.is_empty() {
+        // Policies first, as kube-apiserver orders its validating plugins.
+        let document = review_request(request, "", &request.attrs.version, &objects);
+        let namespace_object = (request.attrs.namespaced && !request.attrs.namespace.is_empty())
+            .then(|| store.object_value("", "namespaces", "", &request.attrs.namespace))
+            .flatten();
+        let policy_warnings = policies::evaluate(
+            &set.policies,
+            &policies::PolicyRequest {
+                attrs: &request.attrs,
+                object,
+                old_object,
+                namespace_labels: labels.as_ref(),
+                namespace_object: namespace_object.as_ref(),
+                request: document.get("request").unwrap_or(&Value::Null),
+            },
+        )?;
+        for warning in policy_warnings {
+            warnings.push(warning);
+        }
+    }
+    if set.validating.is_empty() {
+        return Ok(());
+    }
     let mut calls = Vec::new();
     for webhook in &set.validating {
         if let Some(version) = version_to_call(webhook, request, &objects)? {

@@ -73,13 +73,39 @@ pub(crate) enum Endpoint {
     },
 }
 
+/// One rule of a webhook or a policy's match resources.
 #[derive(Debug, Clone)]
-struct Rule {
+pub(crate) struct Rule {
     operations: Vec<String>,
     groups: Vec<String>,
     versions: Vec<String>,
     resources: Vec<String>,
     scope: String,
+    /// A policy rule's `resourceNames`; empty takes every name.
+    names: Vec<String>,
+}
+
+impl Rule {
+    pub(crate) fn read(r: &Value) -> Rule {
+        Rule {
+            operations: strings(r.get("operations")),
+            groups: strings(r.get("apiGroups")),
+            versions: strings(r.get("apiVersions")),
+            resources: strings(r.get("resources")),
+            scope: r
+                .get("scope")
+                .and_then(Value::as_str)
+                .unwrap_or("*")
+                .to_string(),
+            names: strings(r.get("resourceNames")),
+        }
+    }
+
+    /// Whether the rule takes the request at `version`.
+    pub(crate) fn matches(&self, attrs: &Attributes, version: &str) -> bool {
+        rule_matches(self, attrs, version)
+            && (self.names.is_empty() || self.names.contains(&attrs.name))
+    }
 }
 
 /// One named `matchConditions` entry.
@@ -87,6 +113,62 @@ struct Rule {
 pub(crate) struct MatchCondition {
     pub name: String,
     pub expression: Result<Expression, String>,
+}
+
+impl MatchCondition {
+    pub(crate) fn read_all(conditions: Option<&Value>) -> Vec<MatchCondition> {
+        conditions
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| MatchCondition {
+                name: c
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                expression: Expression::compile(
+                    c.get("expression")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                ),
+            })
+            .collect()
+    }
+}
+
+/// Evaluates `matchConditions`: all true takes the request, any false
+/// skips it, an error (of the first condition that failed to evaluate)
+/// goes to the failure policy.
+pub(crate) fn conditions_hold(
+    conditions: &[MatchCondition],
+    variables: &[(&str, &Value)],
+) -> Result<bool, String> {
+    let mut first_error = None;
+    for condition in conditions {
+        let outcome = condition
+            .expression
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|e| e.evaluate_bool(variables));
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                first_error.get_or_insert_with(|| {
+                    format!(
+                        "failed to evaluate match condition {:?}: {e}",
+                        condition.name
+                    )
+                });
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(true),
+    }
 }
 
 /// One webhook of a configuration, ready to be matched and called.
@@ -110,26 +192,29 @@ pub(crate) struct Webhook {
     pub reinvoke_if_needed: bool,
 }
 
-/// The webhooks stored now, mutating and validating, in the order they run:
-/// configurations by name, webhooks in their order within each.
+/// What admission is configured with now: webhooks, mutating and
+/// validating, in the order they run (configurations by name, webhooks in
+/// their order within each), and the policies bindings apply.
 #[derive(Debug, Default)]
-pub(crate) struct WebhookSet {
+pub(crate) struct Configured {
     pub mutating: Vec<Arc<Webhook>>,
     pub validating: Vec<Arc<Webhook>>,
+    pub policies: Vec<super::policies::BoundPolicy>,
 }
 
-impl WebhookSet {
+impl Configured {
     /// Reads stored configurations (`MutatingWebhookConfiguration` and
     /// `ValidatingWebhookConfiguration` objects, any order).
     pub(crate) fn from_configurations(mutating: &[Value], validating: &[Value]) -> Self {
         Self {
             mutating: read_all(mutating, true),
             validating: read_all(validating, false),
+            policies: Vec::new(),
         }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.mutating.is_empty() && self.validating.is_empty()
+        self.mutating.is_empty() && self.validating.is_empty() && self.policies.is_empty()
     }
 }
 
@@ -201,37 +286,9 @@ fn read_webhook(w: &Value, mutating: bool) -> Webhook {
         .map(Vec::as_slice)
         .unwrap_or_default()
         .iter()
-        .map(|r| Rule {
-            operations: strings(r.get("operations")),
-            groups: strings(r.get("apiGroups")),
-            versions: strings(r.get("apiVersions")),
-            resources: strings(r.get("resources")),
-            scope: r
-                .get("scope")
-                .and_then(Value::as_str)
-                .unwrap_or("*")
-                .to_string(),
-        })
+        .map(Rule::read)
         .collect();
-    let match_conditions = w
-        .get("matchConditions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .map(|c| MatchCondition {
-            name: c
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            expression: Expression::compile(
-                c.get("expression")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-            ),
-        })
-        .collect();
+    let match_conditions = MatchCondition::read_all(w.get("matchConditions"));
     Webhook {
         name: text("/name").to_string(),
         mutating,
@@ -276,11 +333,7 @@ pub(crate) struct Matched {
 impl Webhook {
     /// Whether the rules, and scope, take the request; `None` when not.
     pub(crate) fn matches_rules(&self, attrs: &Attributes) -> Option<Matched> {
-        if self
-            .rules
-            .iter()
-            .any(|r| rule_matches(r, attrs, &attrs.version))
-        {
+        if self.rules.iter().any(|r| r.matches(attrs, &attrs.version)) {
             return Some(Matched {
                 version: attrs.version.clone(),
             });
@@ -292,7 +345,7 @@ impl Webhook {
             .served_versions
             .iter()
             .filter(|v| **v != attrs.version)
-            .find(|v| self.rules.iter().any(|r| rule_matches(r, attrs, v)))
+            .find(|v| self.rules.iter().any(|r| r.matches(attrs, v)))
             .map(|v| Matched { version: v.clone() })
     }
 
@@ -330,34 +383,9 @@ impl Webhook {
             .any(|o| selector.matches(&labels_of(o))))
     }
 
-    /// The `matchConditions`: all true sends the request; any false skips
-    /// the webhook; an error is the error of the first condition that
-    /// failed to evaluate (the failure policy then decides).
+    /// The `matchConditions` (see [`conditions_hold`]).
     pub(crate) fn conditions_hold(&self, variables: &[(&str, &Value)]) -> Result<bool, String> {
-        let mut first_error = None;
-        for condition in &self.match_conditions {
-            let outcome = condition
-                .expression
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|e| e.evaluate_bool(variables));
-            match outcome {
-                Ok(true) => {}
-                Ok(false) => return Ok(false),
-                Err(e) => {
-                    first_error.get_or_insert_with(|| {
-                        format!(
-                            "failed to evaluate match condition {:?}: {e}",
-                            condition.name
-                        )
-                    });
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(true),
-        }
+        conditions_hold(&self.match_conditions, variables)
     }
 }
 
@@ -404,7 +432,7 @@ fn resource_matches(entry: &str, resource: &str, subresource: &str) -> bool {
 }
 
 /// Namespaces are cluster-scoped, whatever namespace the request names.
-fn scope_matches(scope: &str, attrs: &Attributes) -> bool {
+pub(crate) fn scope_matches(scope: &str, attrs: &Attributes) -> bool {
     let is_namespace = attrs.group.is_empty() && attrs.resource == "namespaces";
     match scope {
         "Cluster" => is_namespace || !attrs.namespaced,
@@ -549,7 +577,7 @@ mod tests {
     fn configurations_run_in_name_order() {
         let config = |name: &str, hook: &str| json!({"metadata": {"name": name}, "webhooks": [{"name": hook, "clientConfig": {"url": "https://x/"}, "sideEffects": "None"}]});
         let set =
-            WebhookSet::from_configurations(&[config("b", "second"), config("a", "first")], &[]);
+            Configured::from_configurations(&[config("b", "second"), config("a", "first")], &[]);
         let names: Vec<&str> = set.mutating.iter().map(|w| w.name.as_str()).collect();
         assert_eq!(names, ["first", "second"]);
     }

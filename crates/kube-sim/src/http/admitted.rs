@@ -34,7 +34,7 @@ use super::{
     AppState, bytes_response, delete_options, duplicate_fields, negotiate, query, target_object,
     with_warnings, write_params,
 };
-use crate::admission::webhooks::{Attributes, Operation, WebhookSet};
+use crate::admission::webhooks::{Attributes, Configured, Operation};
 use crate::admission::{self, Request};
 use crate::error::ApiError;
 use crate::field_validation::{FieldValidation, Warnings};
@@ -60,7 +60,7 @@ pub(super) struct Write<'a> {
 
 /// The webhooks a write must pass, or `None` when no webhook's rules could
 /// take it (the write then goes the usual way).
-pub(super) fn webhooks_for(write: &Write<'_>) -> Option<Arc<WebhookSet>> {
+pub(super) fn webhooks_for(write: &Write<'_>) -> Option<Arc<Configured>> {
     let rt = &write.target.rt;
     if rt.group == "admissionregistration.k8s.io" {
         return None;
@@ -82,6 +82,7 @@ pub(super) fn webhooks_for(write: &Write<'_>) -> Option<Arc<WebhookSet>> {
             .iter()
             .chain(&set.validating)
             .any(|w| w.matches_rules(&attrs).is_some())
+            || set.policies.iter().any(|p| p.may_take(&attrs))
     });
     any.then_some(set)
 }
@@ -158,7 +159,7 @@ fn object_name(value: &Value) -> &str {
 /// Serves a write that webhooks take part in.
 pub(super) async fn serve(
     write: &Write<'_>,
-    set: &WebhookSet,
+    set: &Configured,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let target = write.target;
@@ -287,7 +288,7 @@ fn answer(
 /// A create through admission; `first_pass` is the client's write.
 async fn create(
     write: &Write<'_>,
-    set: &WebhookSet,
+    set: &Configured,
     params: &WriteParams,
     named: bool,
     first_pass: impl Fn(&WriteParams) -> Result<Arc<StoredObject>, ApiError>,
@@ -344,7 +345,7 @@ async fn create(
 /// `first_pass` is the client's write.
 async fn update(
     write: &Write<'_>,
-    set: &WebhookSet,
+    set: &Configured,
     name: &str,
     params: &WriteParams,
     first_pass: impl Fn(&WriteParams) -> Result<Arc<StoredObject>, ApiError>,
@@ -444,7 +445,7 @@ async fn update(
 /// seen by the webhooks; kube-apiserver admits inside its delete).
 async fn admit_delete(
     write: &Write<'_>,
-    set: &WebhookSet,
+    set: &Configured,
     old: &StoredObject,
     opts: &DeleteOptions,
 ) -> Result<(), ApiError> {

@@ -40,6 +40,7 @@ mod validate;
 use serde_json::Value;
 
 pub use errors::{FieldError, FieldErrorKind, status_message};
+pub(crate) use rules::{Bindings, cel_string, cel_type_name};
 pub use rules::{Expression, PER_CALL_LIMIT, RUNTIME_COST_BUDGET};
 
 /// A CRD version's schema, compiled for pruning, defaulting and validation.

@@ -823,18 +823,63 @@ impl Expression {
     /// Evaluates to a bool with `variables` bound; any other result is an
     /// error, worded as the apiserver words a non-bool condition.
     pub fn evaluate_bool(&self, variables: &[(&str, &Value)]) -> Result<bool, String> {
-        let env = env()?;
-        let mut ctx = Context::with_env(Arc::clone(env));
-        for (name, value) in variables {
-            ctx.add_variable_from_value(*name, to_cel(None, value, false));
-        }
-        match self.program.execute(&ctx) {
-            Ok(CelValue::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!(
+        let bound = Bindings::from_json(variables);
+        match self.evaluate(&bound)? {
+            CelValue::Bool(b) => Ok(b),
+            other => Err(format!(
                 "expression evaluated to {}, not a bool",
                 cel_type_of(&other)
             )),
-            Err(err) => Err(go_cel_error(&err)),
         }
     }
+
+    /// Evaluates with `bound` variables, to whatever CEL value it gives.
+    pub(crate) fn evaluate(&self, bound: &Bindings) -> Result<CelValue, String> {
+        let env = env()?;
+        let mut ctx = Context::with_env(Arc::clone(env));
+        for (name, value) in &bound.0 {
+            ctx.add_variable_from_value(name.clone(), value.clone());
+        }
+        self.program.execute(&ctx).map_err(|err| go_cel_error(&err))
+    }
+}
+
+/// Variables for [`Expression::evaluate`]: JSON values converted once,
+/// and CEL values (a policy's `variables`, computed by earlier
+/// expressions) as they are.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Bindings(Vec<(String, CelValue)>);
+
+impl Bindings {
+    pub(crate) fn from_json(variables: &[(&str, &Value)]) -> Self {
+        Self(
+            variables
+                .iter()
+                .map(|(name, value)| (name.to_string(), to_cel(None, value, false)))
+                .collect(),
+        )
+    }
+
+    /// Binds `name` to a map of already evaluated values.
+    pub(crate) fn bind_map(&mut self, name: &str, entries: Vec<(String, CelValue)>) {
+        let map = entries
+            .into_iter()
+            .map(|(k, v)| (Key::String(Arc::new(k)), v))
+            .collect::<HashMap<_, _>>();
+        self.0.retain(|(n, _)| n != name);
+        self.0.push((name.to_string(), cel_map(map)));
+    }
+}
+
+/// A CEL value as a string, when it is one.
+pub(crate) fn cel_string(value: &CelValue) -> Option<String> {
+    match value {
+        CelValue::String(s) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+/// The CEL type name of a value, as error messages give it.
+pub(crate) fn cel_type_name(value: &CelValue) -> &'static str {
+    cel_type_of(value)
 }

@@ -230,7 +230,11 @@ impl Cluster {
 
     fn configurations(&self, kind: &str) -> Api<DynamicObject> {
         let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-        let plural = format!("{}s", kind.to_lowercase());
+        let lower = kind.to_lowercase();
+        let plural = match lower.strip_suffix('y') {
+            Some(stem) => format!("{stem}ies"),
+            None => format!("{lower}s"),
+        };
         Api::all_with(
             self.client.clone(),
             &ApiResource::from_gvk_with_plural(&gvk, &plural),
@@ -839,4 +843,112 @@ async fn webhook_configurations_are_validated_as_kube_apiserver_validates_them()
     ] {
         assert!(fields.iter().any(|f| f == field), "{field} in {fields:?}");
     }
+}
+
+#[tokio::test]
+async fn a_validating_admission_policy_denies_before_validating_webhooks_are_called() {
+    let cluster = Cluster::start().await;
+    let server = WebhookServer::start(&[]).await;
+    let ns = cluster.namespace("adm-vap").await;
+    let name = format!("{ns}-policy");
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+            "variables": [{"name": "keys", "expression": "has(object.data) ? object.data.size() : 0"}],
+            "validations": [
+                {"expression": "variables.keys <= 2", "messageExpression": "'at most 2 keys, got ' + string(variables.keys)", "reason": "Forbidden"},
+                {"expression": "!has(object.data) || !('secret' in object.data)"},
+            ],
+        },
+    }))
+    .unwrap();
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": format!("{name}-binding")},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+        },
+    }))
+    .unwrap();
+    let policies = cluster.configurations("ValidatingAdmissionPolicy");
+    let bindings = cluster.configurations("ValidatingAdmissionPolicyBinding");
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let _cleanup = (
+        Configured {
+            api: policies,
+            name: name.clone(),
+        },
+        Configured {
+            api: bindings,
+            name: format!("{name}-binding"),
+        },
+    );
+    let _webhook = cluster
+        .configure(
+            "ValidatingWebhookConfiguration",
+            &format!("{ns}-after-policy"),
+            &ns,
+            vec![url_hook("after.gpufleet.dev", &server, "allow-warn")],
+        )
+        .await;
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let mut big = labelled_configmap("big", &[]);
+    big.data = Some((0..3).map(|i| (format!("k{i}"), "v".to_string())).collect());
+    // The real server type-checks a new policy in the background: retry
+    // until it is in force.
+    let mut denied = None;
+    for _ in 0..20 {
+        match cms.create(&PostParams::default(), &big).await {
+            Err(kube::Error::Api(status)) => {
+                denied = Some(status);
+                break;
+            }
+            Ok(_) => {
+                cms.delete("big", &DeleteParams::default()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    let denied = denied.expect("the policy denies three keys");
+    assert_eq!(denied.code, 403);
+    assert_eq!(
+        denied.message,
+        format!(
+            "ValidatingAdmissionPolicy '{name}' with binding '{name}-binding' denied request: at most 2 keys, got 3"
+        )
+    );
+    let mut secret = labelled_configmap("secret", &[]);
+    secret.data = Some(BTreeMap::from([("secret".to_string(), "x".to_string())]));
+    let invalid = status_of(cms.create(&PostParams::default(), &secret).await);
+    assert_eq!(invalid.code, 422);
+    assert_eq!(
+        invalid.message,
+        format!(
+            "ValidatingAdmissionPolicy '{name}' with binding '{name}-binding' denied request: failed expression: !has(object.data) || !('secret' in object.data)"
+        )
+    );
+    let calls_before = server.calls.to("allow-warn").len();
+    cms.create(&PostParams::default(), &labelled_configmap("fine", &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        server.calls.to("allow-warn").len(),
+        calls_before + 1,
+        "only the write the policy allowed reached the webhook"
+    );
 }
