@@ -88,30 +88,43 @@ fn reload(path: &std::path::Path, rules: &RwLock<ExecRules>) {
 /// The kubeconfig holds the admin token, so the file is created readable by
 /// its owner only (0600) before a byte is written: a file created with the
 /// umask's mode and narrowed afterwards would be readable in between.
+///
+/// The temporary file gets a fresh random name (`.NAME.XXXXXX.tmp`) next to
+/// `path`, created only if no file has that name: a fixed name such as
+/// `work.tmp` for `work.yaml` would delete, then replace, a file of the
+/// user's that happens to be called so. If anything fails, the temporary
+/// file is removed and `path` is left as it was.
 pub(crate) fn write_kubeconfig(path: &std::path::Path, yaml: &str) -> anyhow::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    // A leftover from a crash may have another mode; `create_new` below
-    // only ever creates, so the mode given is the mode the file gets.
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(e).with_context(|| format!("removing the stale {}", tmp.display()));
-        }
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("creating {} (mode 0600)", tmp.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    // The rename must stay within one file system, so the temporary file
+    // lives in the kubeconfig's own directory.
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?
+        .to_string_lossy();
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(dir)
+        .with_context(|| {
+            format!(
+                "creating a temporary file (mode 0600) for the kubeconfig in {}",
+                dir.display()
+            )
+        })?;
     file.write_all(yaml.as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing kubeconfig to {}", tmp.display()))?;
-    drop(file);
-    std::fs::rename(&tmp, path).with_context(|| format!("moving kubeconfig to {}", path.display()))
+        .and_then(|()| file.as_file().sync_all())
+        .with_context(|| format!("writing kubeconfig to {}", file.path().display()))?;
+    file.persist(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("moving kubeconfig to {}", path.display()))?;
+    Ok(())
 }
 
 /// Until SIGINT or SIGTERM; SIGHUP re-reads the exec rules.
@@ -164,4 +177,39 @@ pub async fn diff(args: DiffArgs) -> anyhow::Result<bool> {
         ),
     }
     Ok(report.agrees())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn writing_the_kubeconfig_leaves_a_file_of_the_same_stem_ending_in_tmp_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let unrelated = dir.path().join("work.tmp");
+        std::fs::write(&unrelated, "the user's own notes").unwrap();
+        let kubeconfig = dir.path().join("work.yaml");
+
+        write_kubeconfig(&kubeconfig, "apiVersion: v1\n").unwrap();
+        // Twice: the second write replaces the first in place.
+        write_kubeconfig(&kubeconfig, "apiVersion: v1\nkind: Config\n").unwrap();
+
+        assert_eq!(
+            std::fs::read_to_string(&unrelated).unwrap(),
+            "the user's own notes"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&kubeconfig).unwrap(),
+            "apiVersion: v1\nkind: Config\n"
+        );
+        let mode = std::fs::metadata(&kubeconfig).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["work.tmp", "work.yaml"], "no temporary file left");
+    }
 }

@@ -42,6 +42,7 @@ pub mod security;
 mod selector;
 mod server;
 mod store;
+mod timeouts;
 pub mod tls;
 pub mod tokens;
 mod validate;
@@ -54,6 +55,7 @@ pub use http::faults::{Fault, FaultAction, FaultError, FaultStatus, Faults, Verb
 pub use metrics::Metrics;
 pub use server::{Error, KubeSim, KubeSimBuilder, kubeconfig_for, kubeconfig_yaml};
 pub use store::{DATABASE_FILE, DataDirError, Stats};
+pub use timeouts::{ConnectionTimeouts, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
 // exec + kubelet
 pub use exec::{ExecHandlers, ExecMatcher, ExecOutput, ExecRequest};
 pub use kubelet::KubeletConfig;

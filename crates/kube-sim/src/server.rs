@@ -43,6 +43,7 @@ pub struct KubeSimBuilder {
     admin_token: Option<String>,
     tls: bool,
     authorization: crate::Authorization,
+    timeouts: crate::timeouts::ConnectionTimeouts,
 }
 
 impl Default for KubeSimBuilder {
@@ -59,6 +60,7 @@ impl Default for KubeSimBuilder {
             admin_token: None,
             tls: false,
             authorization: crate::Authorization::AlwaysAllow,
+            timeouts: Default::default(),
         }
     }
 }
@@ -171,6 +173,23 @@ impl KubeSimBuilder {
         self
     }
 
+    /// How long a client may take to send a request's headers on the
+    /// loopback listener before the connection is closed (default 32 s,
+    /// kube-apiserver's `ReadHeaderTimeout`). The first request's headers
+    /// are timed from the accept, a later one's from its first byte.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.header_read = timeout;
+        self
+    }
+
+    /// How long a keep-alive connection may wait for its next request
+    /// before it is closed (default 90 s, kube-apiserver's `IdleTimeout`).
+    /// A request in flight, a watch say, is never cut by either timeout.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.idle = timeout;
+        self
+    }
+
     /// The tokens a TokenReview authenticates: the static ones and the
     /// admin token, as kube-apiserver reviews every token it accepts
     /// itself (`kubectl auth whoami` and a TokenReview of the same token
@@ -272,7 +291,7 @@ impl KubeSimBuilder {
                 let listener =
                     crate::tls::TlsListener::spawn(listener, config, shutdown.child_token())
                         .map_err(Error::LocalAddr)?;
-                spawn_server(listener, serve_app, shutdown)
+                spawn_server(listener, serve_app, self.timeouts, shutdown)
             }
             // Nagle's algorithm holds back the small frames of exec streams
             // and watch events until the peer ACKs, and clients delay ACKs
@@ -285,6 +304,7 @@ impl KubeSimBuilder {
                     }
                 }),
                 serve_app,
+                self.timeouts,
                 shutdown,
             ),
         };
@@ -320,16 +340,20 @@ impl KubeSimBuilder {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown`, on its own task.
+/// Serves `app` on `listener` until `shutdown`, on its own task, closing
+/// connections that are slow with their headers or idle (timeouts.rs).
 fn spawn_server<L>(
     listener: L,
     app: axum::Router,
+    timeouts: crate::timeouts::ConnectionTimeouts,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> JoinHandle<()>
 where
     L: axum::serve::Listener,
     L::Addr: std::fmt::Debug,
 {
+    let listener = crate::timeouts::Timed::new(listener, timeouts);
+    let app = crate::timeouts::PerConnection::new(app);
     tokio::spawn(async move {
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

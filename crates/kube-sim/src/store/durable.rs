@@ -13,6 +13,7 @@
 //! from before the restart gets 410 Expired and relists, as after an etcd
 //! compaction.
 
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -24,6 +25,61 @@ use crate::resources::GroupResource;
 pub const DATABASE_FILE: &str = "kube-sim.db";
 /// Written once into a new database; a database without it is refused.
 const FORMAT: &str = "gpufleet-kube-sim-store/1";
+
+/// Files SQLite keeps next to the database (the write-ahead log and its
+/// index), which hold the same data.
+const COMPANION_SUFFIXES: [&str; 2] = ["-wal", "-shm"];
+
+/// Makes the data directory 0700 and its files 0600: they hold every
+/// Secret in clear, and another local user must not read them. A new
+/// database file is created empty with mode 0600 before SQLite opens it
+/// (an empty file is an empty database), and SQLite gives its WAL the
+/// database file's mode. A directory or file found looser, from an older
+/// kube-sim or a hand-made directory, is narrowed with a warning rather
+/// than refused: the fix is safe and always the one the user wants.
+fn make_private(dir: &Path, existed: bool) -> Result<(), DataDirError> {
+    let dir_error = |source| DataDirError::Directory {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    narrow(dir, 0o700).map_err(dir_error)?;
+    let database = dir.join(DATABASE_FILE);
+    if !existed {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&database)
+            .map_err(dir_error)?;
+    }
+    narrow(&database, 0o600).map_err(dir_error)?;
+    for suffix in COMPANION_SUFFIXES {
+        let companion = dir.join(format!("{DATABASE_FILE}{suffix}"));
+        match narrow(&companion, 0o600) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other.map_err(dir_error)?,
+        }
+    }
+    Ok(())
+}
+
+/// Sets `path`'s permission bits to `mode` if it allows anyone but its
+/// owner more, and says so: the user may have meant the directory to be
+/// shared, and should learn it no longer is.
+fn narrow(path: &Path, mode: u32) -> std::io::Result<()> {
+    let found = std::fs::metadata(path)?.permissions().mode() & 0o777;
+    if found & !mode == 0 {
+        return Ok(());
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    tracing::warn!(
+        path = %path.display(),
+        found = format_args!("{found:04o}"),
+        now = format_args!("{mode:04o}"),
+        "--data-dir: narrowed permissions that let other users read the store"
+    );
+    Ok(())
+}
 
 /// Why a data directory cannot be used. Every message names the directory.
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +137,13 @@ impl Journal {
             dir: dir.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(dir_error)?;
+        // The database holds every Secret in clear: the directory is made
+        // owner-only as it is created, never widened and narrowed later.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(dir_error)?;
         let database = dir.join(DATABASE_FILE);
         let existed = database.exists();
         if !existed {
@@ -100,6 +162,7 @@ impl Journal {
                 });
             }
         }
+        make_private(dir, existed)?;
         let conn = Connection::open(&database).map_err(|e| classify(dir, e))?;
         // One process owns the directory: a second fails at once, not after
         // SQLite's default wait.
@@ -317,6 +380,41 @@ mod tests {
             error.to_string().contains("no kube-sim format marker"),
             "{error}"
         );
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_new_data_directory_and_its_files_are_readable_by_their_owner_only() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("data");
+        let (journal, _) = Journal::open(&dir).unwrap();
+        let wal = dir.join(format!("{DATABASE_FILE}-wal"));
+        assert!(wal.exists(), "the schema write made the WAL");
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join(DATABASE_FILE)), 0o600);
+        assert_eq!(mode(&wal), 0o600);
+        drop(journal);
+    }
+
+    #[test]
+    fn a_data_directory_left_readable_by_others_is_narrowed_when_opened() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("data");
+        drop(Journal::open(&dir).unwrap());
+        let database = dir.join(DATABASE_FILE);
+        let wal = dir.join(format!("{DATABASE_FILE}-wal"));
+        std::fs::write(&wal, b"").unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&database, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+        let (_journal, _) = Journal::open(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&database), 0o600);
+        assert_eq!(mode(&wal), 0o600);
     }
 
     #[test]

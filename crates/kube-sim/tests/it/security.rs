@@ -562,3 +562,134 @@ async fn under_rbac_a_service_account_token_gets_what_deploy_gpuid_grants_and_th
         .unwrap();
     assert_eq!(response.status().as_u16(), 403);
 }
+
+/// Reads until the server closes the connection (EOF or a reset), failing
+/// if it has not after `limit`; answers what was read and how long it took.
+async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    limit: Duration,
+) -> (String, Duration) {
+    let started = std::time::Instant::now();
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let closed = tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => received.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&received).to_string();
+    assert!(
+        closed.is_ok(),
+        "the server kept the connection open for {limit:?}; it sent {text:?}"
+    );
+    (text, started.elapsed())
+}
+
+#[tokio::test]
+async fn a_connection_that_never_finishes_its_headers_is_closed_after_the_header_read_timeout() {
+    let sim = KubeSim::builder()
+        .header_read_timeout(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    // Half a request: the blank line that ends the headers never comes.
+    let mut stream = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    stream
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n", loopback_host(&sim)).as_bytes())
+        .await
+        .unwrap();
+    let (answer, after) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(answer.is_empty(), "no answer to half a request: {answer:?}");
+    assert!(
+        after >= Duration::from_millis(150),
+        "closed after {after:?}"
+    );
+
+    // A connection that sends nothing at all is timed from its accept.
+    let mut silent = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    read_until_closed(&mut silent, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_tls_connection_that_sends_no_request_is_closed_after_the_header_read_timeout() {
+    let sim = KubeSim::builder()
+        .tls()
+        .header_read_timeout(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = sim.ca_pem().expect("a TLS server has a CA");
+    let der =
+        <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::from_pem_slice(
+            ca.as_bytes(),
+        )
+        .expect("the CA is PEM");
+    roots.add(der).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    // The handshake completes, then the client goes quiet.
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    let (answer, _) = read_until_closed(&mut tls, Duration::from_secs(5)).await;
+    assert!(answer.is_empty(), "{answer:?}");
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_but_a_long_watch_is_not_cut()
+ {
+    let sim = KubeSim::builder()
+        .header_read_timeout(Duration::from_millis(200))
+        .idle_timeout(Duration::from_millis(600))
+        .start()
+        .await
+        .unwrap();
+    let host = loopback_host(&sim);
+    let mut stream = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    // A watch that lasts 2 s, ten times the header timeout, comes back
+    // whole: timeouts apply only between requests.
+    stream
+        .write_all(
+            format!(
+                "GET /api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=2 HTTP/1.1\r\nHost: {host}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let started = std::time::Instant::now();
+    while !received.ends_with(b"0\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("the watch ends by itself")
+            .expect("the watch reads");
+        assert!(n > 0, "the watch was cut after {:?}", started.elapsed());
+        received.extend_from_slice(&chunk[..n]);
+    }
+    assert!(String::from_utf8_lossy(&received).starts_with("HTTP/1.1 200"));
+    assert!(started.elapsed() >= Duration::from_millis(1900));
+
+    // Now idle: open for longer than the header timeout (the idle time is
+    // not header time), closed after the idle timeout.
+    let idle_from = std::time::Instant::now();
+    let (more, _) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(more.is_empty(), "{more:?}");
+    let idle = idle_from.elapsed();
+    assert!(
+        idle >= Duration::from_millis(500),
+        "closed after {idle:?}, before the idle timeout"
+    );
+}
