@@ -155,6 +155,15 @@ if [ ! -x "$goclient_dir/goclient" ]; then
 fi
 export GPUFLEET_GOCLIENT="$goclient_dir/goclient"
 
+# The TFJob referee (tools/trainingoperator: Kubeflow training-operator
+# v1.9.3, unmodified), built once into a cache (first run: about 3 to 7
+# minutes); crates/tfjob's referee_e2e test runs it on both lanes.
+GPUFLEET_TRAINING_OPERATOR_DIR=$(scripts/training-operator.sh dir) || {
+  echo "test.sh: building the training-operator referee failed; see the go output above" >&2
+  exit 1
+}
+export GPUFLEET_TRAINING_OPERATOR_DIR
+
 if ! cargo nextest --version >/dev/null 2>&1; then
   # Pinned: a new nextest release must not change a run unannounced.
   echo "test.sh: installing cargo-nextest 0.9.151 from crates.io (first run on this machine, 6 to 19 minutes)" >&2
