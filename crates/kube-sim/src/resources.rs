@@ -115,6 +115,7 @@ impl ResourceType {
                     | "policy"
                     | "admissionregistration.k8s.io"
                     | "scheduling.k8s.io"
+                    | "discovery.k8s.io"
             )
             || (self.group.is_empty()
                 && matches!(self.kind.as_str(), "Pod" | "ReplicationController"))

@@ -197,8 +197,25 @@ pub fn kind_specific(rt: &ResourceType, value: &Value) -> Vec<Cause> {
     {
         return crate::admission::validation::configuration(&rt.kind, value);
     }
+    if !rt.custom && rt.group == "discovery.k8s.io" && rt.kind == "EndpointSlice" {
+        return endpoint_addresses(value, "endpoints", "addresses", None);
+    }
     if rt.custom || !rt.group.is_empty() {
         return causes;
+    }
+    if rt.kind == "Endpoints" {
+        causes.extend(endpoint_addresses(
+            value,
+            "subsets",
+            "addresses",
+            Some("ip"),
+        ));
+        causes.extend(endpoint_addresses(
+            value,
+            "subsets",
+            "notReadyAddresses",
+            Some("ip"),
+        ));
     }
     if rt.kind == "Pod" {
         let containers = value
@@ -254,6 +271,51 @@ pub fn kind_specific(rt: &ResourceType, value: &Value) -> Vec<Cause> {
         let size: usize = string_values(value, "data").map(base64_decoded_len).sum();
         if size > MAX_CONFIG_DATA_BYTES {
             causes.push(Cause::too_long("data", MAX_CONFIG_DATA_BYTES));
+        }
+    }
+    causes
+}
+
+/// Endpoint addresses may not be loopback or link-local, as kube-apiserver
+/// checks them (the API server would otherwise be steered at itself). A
+/// webhook server on this machine is named by one of its other addresses.
+fn endpoint_addresses(value: &Value, list: &str, key: &str, ip_field: Option<&str>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let groups = value
+        .get(list)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (i, group) in groups.iter().enumerate() {
+        let addresses = group
+            .get(key)
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for (j, address) in addresses.iter().enumerate() {
+            let (text, field) = match ip_field {
+                Some(ip) => (address.get(ip), format!("{list}[{i}].{key}[{j}].{ip}")),
+                None => (Some(address), format!("{list}[{i}].{key}[{j}]")),
+            };
+            let Some(text) = text.and_then(Value::as_str) else {
+                continue;
+            };
+            let Ok(ip) = text.parse::<std::net::IpAddr>() else {
+                continue;
+            };
+            let problem = if ip.is_loopback() {
+                Some("may not be in the loopback range (127.0.0.0/8, ::1/128)")
+            } else if match ip {
+                std::net::IpAddr::V4(v4) => v4.is_link_local(),
+                std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+            } {
+                Some("may not be in the link-local range (169.254.0.0/16, fe80::/10)")
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                causes.push(Cause::invalid(field, &Value::from(text), problem));
+            }
         }
     }
     causes

@@ -7,7 +7,9 @@
 //! Service's port, then a ready address of an EndpointSlice labelled
 //! `kubernetes.io/service-name` (or the Endpoints object of that name),
 //! dialled directly. A webhook server on this machine is reached by giving
-//! its Service a slice with the address 127.0.0.1. The TLS server name is
+//! its Service a slice with one of the machine's own addresses (loopback
+//! ones are refused in slices, as kube-apiserver refuses them). The TLS
+//! server name is
 //! still `<service>.<namespace>.svc`, the name certificates are made for.
 
 use std::sync::Arc;

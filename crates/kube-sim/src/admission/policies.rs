@@ -233,22 +233,21 @@ pub(crate) struct PolicyRequest<'a> {
     pub request: &'a Value,
 }
 
-/// The error of a denial, by the validation's reason (Invalid unless it
-/// names another).
-fn denial(reason: &str, message: String) -> ApiError {
+/// The error of a denial: worded as any 403 naming the object
+/// (`<resource> "<name>" is forbidden: ...`), with the code and reason of
+/// the validation's `reason` (Invalid, 422, unless it names another).
+fn denial(attrs: &Attributes, reason: &str, message: String) -> ApiError {
+    let mut error =
+        ApiError::forbidden_request(&attrs.group, &attrs.resource, &attrs.name, &message);
     let (code, reason) = match reason {
         "Unauthorized" => (401, "Unauthorized"),
         "Forbidden" => (403, "Forbidden"),
         "RequestEntityTooLarge" => (413, "RequestEntityTooLarge"),
         _ => (422, "Invalid"),
     };
-    ApiError {
-        code,
-        reason,
-        message,
-        details: None,
-        retry_after: None,
-    }
+    error.code = code;
+    error.reason = reason;
+    error
 }
 
 /// Evaluates every bound policy that takes the request: `Ok` with the
@@ -270,6 +269,7 @@ pub(crate) fn evaluate(
             match policy.failure_policy {
                 FailurePolicy::Ignore => Ok(()),
                 FailurePolicy::Fail => Err(denial(
+                    request.attrs,
                     "",
                     format!(
                         "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {why}",
@@ -364,6 +364,7 @@ pub(crate) fn evaluate(
             }
             if policy.deny {
                 return Err(denial(
+                    request.attrs,
                     &validation.reason,
                     format!(
                         "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {message}",
@@ -437,7 +438,7 @@ mod tests {
         let err = run(&bound, 7).err().map(|e| (e.code, e.message));
         assert_eq!(
             err,
-            Some((403, "ValidatingAdmissionPolicy 'replicas' with binding 'replicas-binding' denied request: too many replicas".to_string()))
+            Some((403, "deployments.apps \"web\" is forbidden: ValidatingAdmissionPolicy 'replicas' with binding 'replicas-binding' denied request: too many replicas".to_string()))
         );
     }
 

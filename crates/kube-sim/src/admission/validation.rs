@@ -61,11 +61,13 @@ pub(crate) fn configuration(kind: &str, value: &Value) -> Vec<Cause> {
     let mut names = HashSet::new();
     for (i, hook) in hooks.iter().enumerate() {
         let path = format!("webhooks[{i}]");
+        // A webhook's own causes come before its name's duplication, as
+        // kube-apiserver lists them.
+        webhook(hook, &path, mutating, &mut causes);
         let name = text(hook, "name").unwrap_or_default();
         if !name.is_empty() && !names.insert(name) {
             causes.push(duplicate(format!("{path}.name"), name));
         }
-        webhook(hook, &path, mutating, &mut causes);
     }
     causes
 }
@@ -238,7 +240,7 @@ fn url_causes(url: &str, path: &str, causes: &mut Vec<Cause>) {
         causes.push(Cause::invalid(
             path.to_string(),
             &Value::from(scheme),
-            "'https' is the only allowed URL scheme",
+            "'https' is the only allowed URL scheme; desired format: https://host[/path]",
         ));
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
@@ -417,7 +419,7 @@ mod tests {
         assert_eq!(
             messages,
             [
-                "Invalid value: \"http\": 'https' is the only allowed URL scheme",
+                "Invalid value: \"http\": 'https' is the only allowed URL scheme; desired format: https://host[/path]",
                 "Invalid value: \"y=1\": query parameters are not permitted in the URL"
             ]
         );

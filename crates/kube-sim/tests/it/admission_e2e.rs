@@ -130,6 +130,11 @@ impl Drop for WebhookServer {
 
 impl WebhookServer {
     async fn start(names: &[&str]) -> Self {
+        Self::start_on("127.0.0.1".parse().unwrap(), names).await
+    }
+
+    /// A server on `ip`, with `ip` in its certificate too.
+    async fn start_on(ip: std::net::IpAddr, names: &[&str]) -> Self {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -139,6 +144,7 @@ impl WebhookServer {
         let key = KeyPair::generate().unwrap();
         let mut sans: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         sans.push("127.0.0.1".into());
+        sans.push(ip.to_string());
         let cert = CertificateParams::new(sans)
             .unwrap()
             .signed_by(&key, &issuer)
@@ -153,7 +159,7 @@ impl WebhookServer {
                 rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
             )
             .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = tokio_util::sync::CancellationToken::new();
         let tls = kube_sim::tls::TlsListener::spawn(listener, config, stop.clone()).unwrap();
@@ -604,7 +610,11 @@ async fn the_failure_policy_decides_for_a_webhook_that_is_down_slow_or_answers_g
 async fn a_service_reference_reaches_the_webhook_through_its_endpoint_slice() {
     let cluster = Cluster::start().await;
     let ns = cluster.namespace("adm-svc").await;
-    let server = WebhookServer::start(&[&format!("hooks.{ns}.svc")]).await;
+    // Both servers refuse loopback endpoints: the webhook server listens
+    // on this machine's own address and the slice names that.
+    let ip = kube_sim::lane::host_address()
+        .expect("this machine has an address off loopback for the EndpointSlice to name");
+    let server = WebhookServer::start_on(ip, &[&format!("hooks.{ns}.svc")]).await;
     let services: Api<DynamicObject> = Api::namespaced_with(
         cluster.client.clone(),
         &ns,
@@ -631,8 +641,8 @@ async fn a_service_reference_reaches_the_webhook_through_its_endpoint_slice() {
     let slice: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": "hooks-local", "labels": {"kubernetes.io/service-name": "hooks"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+        "addressType": if ip.is_ipv4() { "IPv4" } else { "IPv6" },
+        "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}],
         "ports": [{"name": "https", "port": server.addr.port(), "protocol": "TCP"}],
     }))
     .unwrap();
@@ -929,7 +939,7 @@ async fn a_validating_admission_policy_denies_before_validating_webhooks_are_cal
     assert_eq!(
         denied.message,
         format!(
-            "ValidatingAdmissionPolicy '{name}' with binding '{name}-binding' denied request: at most 2 keys, got 3"
+            "configmaps \"big\" is forbidden: ValidatingAdmissionPolicy '{name}' with binding '{name}-binding' denied request: at most 2 keys, got 3"
         )
     );
     let mut secret = labelled_configmap("secret", &[]);
@@ -939,7 +949,7 @@ async fn a_validating_admission_policy_denies_before_validating_webhooks_are_cal
     assert_eq!(
         invalid.message,
         format!(
-            "ValidatingAdmissionPolicy '{name}' with binding '{name}-binding' denied request: failed expression: !has(object.data) || !('secret' in object.data)"
+            "configmaps \"secret\" is forbidden: ValidatingAdmissionPolicy '{name}' with binding '{name}-binding' denied request: failed expression: !has(object.data) || !('secret' in object.data)"
         )
     );
     let calls_before = server.calls.to("allow-warn").len();

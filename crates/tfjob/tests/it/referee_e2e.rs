@@ -8,9 +8,10 @@
 //!   writes into its Secret is copied to the directory the operator reads
 //!   (`/tmp/k8s-webhook-server/serving-certs`, fixed in the operator);
 //! - the Service's endpoints: an EndpointSlice of Service
-//!   `kubeflow/training-operator` names 127.0.0.1 and the webhook port, so
-//!   the API server reaches the webhook (kube-sim through the slice,
-//!   kube-apiserver with --enable-aggregator-routing).
+//!   `kubeflow/training-operator` names this machine's own address (API
+//!   servers refuse loopback endpoints) and the webhook port, so the API
+//!   server reaches the webhook (kube-sim through the slice, kube-apiserver
+//!   with --enable-aggregator-routing).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube_sim::lane::Lane;
@@ -161,11 +163,15 @@ async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rota
     let _ = slices
         .delete("training-operator-local", &DeleteParams::default())
         .await;
+    // The webhook server listens on every address; API servers refuse
+    // loopback endpoints, so the slice names this machine's own address.
+    let ip = kube_sim::lane::host_address()
+        .expect("this machine has an address off loopback for the EndpointSlice to name");
     let slice: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": "training-operator-local", "labels": {"kubernetes.io/service-name": "training-operator"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+        "addressType": if ip.is_ipv4() { "IPv4" } else { "IPv6" },
+        "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}],
         "ports": [{"name": "webhook-server", "port": webhook_port, "protocol": "TCP"}],
     }))
     .unwrap();
@@ -303,9 +309,17 @@ async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rota
     drop(referee);
     if cluster.kube_sim().is_none() {
         // The real lane is shared: a webhook configuration whose server is
-        // gone would refuse every later TFJob.
+        // gone would refuse every later TFJob, and the other tests expect
+        // our CRD (generated from the Rust types) rather than upstream's.
         let _ = configurations
             .delete(WEBHOOK_CONFIGURATION, &DeleteParams::default())
             .await;
+        let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+        let current = crds.get("tfjobs.kubeflow.org").await.unwrap();
+        let mut ours = tfjob::api::crd();
+        ours.metadata.resource_version = current.metadata.resource_version;
+        crds.replace("tfjobs.kubeflow.org", &PostParams::default(), &ours)
+            .await
+            .unwrap_or_else(|e| panic!("restoring our TFJob CRD after the referee: {e}"));
     }
 }
