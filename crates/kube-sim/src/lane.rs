@@ -111,6 +111,19 @@ pub fn kwok_execs(client: &kube::Client, namespace: &str) -> kube::Api<kube::api
     kube::Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
+/// This machine's own address on its default route, for EndpointSlices
+/// that lead an API server to a process here (a webhook server): both
+/// kube-apiserver and kube-sim refuse loopback addresses in them. `None`
+/// when the machine has no route off loopback. No packet is sent: a UDP
+/// socket is only connected, which picks the route.
+pub fn host_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // TEST-NET-1 (RFC 5737): never answered, only routed.
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,17 +143,4 @@ mod tests {
             "{unknown}"
         );
     }
-}
-
-/// This machine's own address on its default route, for EndpointSlices
-/// that lead an API server to a process here (a webhook server): both
-/// kube-apiserver and kube-sim refuse loopback addresses in them. `None`
-/// when the machine has no route off loopback. No packet is sent: a UDP
-/// socket is only connected, which picks the route.
-pub fn host_address() -> Option<std::net::IpAddr> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    // TEST-NET-1 (RFC 5737): never answered, only routed.
-    socket.connect("192.0.2.1:9").ok()?;
-    let ip = socket.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
