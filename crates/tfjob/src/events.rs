@@ -127,14 +127,18 @@ impl EventQueue {
         }
     }
 
+    /// One Event per note, as training-operator's recorder (client-go's)
+    /// keys them: "Created pod: job-worker-1" is its own Event, not a
+    /// repeat of "Created pod: job-worker-0" (the referee corpus compares
+    /// them).
     async fn write(&self, queued: Queued) {
         self.sink
-            .publish_or_log(
+            .publish_or_log_by_note(
                 &queued.regarding,
                 queued.type_,
                 &queued.reason,
                 "Reconcile",
-                Some(queued.note),
+                queued.note,
             )
             .await;
     }

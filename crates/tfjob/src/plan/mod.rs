@@ -360,6 +360,10 @@ enum Verdict {
     Failed {
         reason: &'static str,
         message: String,
+        /// A second Event's note: a replica that failed under
+        /// `restartPolicy: ExitCode` gets training-operator's "is failing"
+        /// condition and Event, then also its "has failed" Event.
+        also_noted: Option<String>,
     },
     Succeeded,
     /// Neither: create, restart, report Running or Restarting.
@@ -461,8 +465,20 @@ impl Planner<'_> {
             .collect();
 
         match self.decide(&observed) {
-            Verdict::Failed { reason, message } => {
-                self.transition(cond::FAILED, reason, message, EventType::Normal);
+            Verdict::Failed {
+                reason,
+                message,
+                also_noted,
+            } => {
+                let changed = self.transition(cond::FAILED, reason, message, EventType::Normal);
+                if let (true, Some(note)) = (changed, also_noted) {
+                    self.events.push(PlannedEvent {
+                        type_: EventType::Normal,
+                        reason: reason.to_string(),
+                        message: note,
+                        dedup_key: None,
+                    });
+                }
                 self.finished(&pods, &services);
             }
             Verdict::Succeeded => {
@@ -836,6 +852,7 @@ impl Planner<'_> {
                 return Verdict::Failed {
                     reason: cond::REASON_FAILED,
                     message: cond::deadline_message(&name),
+                    also_noted: None,
                 };
             }
             self.wake_at(due);
@@ -846,6 +863,7 @@ impl Planner<'_> {
                 return Verdict::Failed {
                     reason: cond::REASON_FAILED,
                     message: cond::backoff_limit_message(&name),
+                    also_noted: None,
                 };
             }
         }
@@ -857,14 +875,20 @@ impl Planner<'_> {
             .iter()
             .find(|(rtype, seen)| rtype.is_known() && seen.counts.failed > 0)
         {
-            let message = if seen.failed_by_exit_code {
-                cond::exit_code_failed_message(&name, rtype.canonical())
+            let failed =
+                cond::failed_message(&namespace, &name, seen.counts.failed, rtype.canonical());
+            let (message, also_noted) = if seen.failed_by_exit_code {
+                (
+                    cond::exit_code_failed_message(&name, rtype.canonical()),
+                    Some(failed),
+                )
             } else {
-                cond::failed_message(&namespace, &name, seen.counts.failed, rtype.canonical())
+                (failed, None)
             };
             return Verdict::Failed {
                 reason: cond::REASON_FAILED,
                 message,
+                also_noted,
             };
         }
         if self.is_successful(observed) {
@@ -903,6 +927,7 @@ impl Planner<'_> {
             return Some(Verdict::Failed {
                 reason: cond::REASON_FAILED,
                 message: cond::scheduling_timeout_message(self.name(), seconds),
+                also_noted: None,
             });
         }
         self.wake_at(due);
@@ -1144,9 +1169,10 @@ impl Planner<'_> {
 
     /// Sets a condition; on an actual transition emits its event and, for
     /// terminal conditions, the completion time.
-    fn transition(&mut self, type_: &str, reason: &str, message: String, event: EventType) {
+    /// Sets a condition and plans its Event; whether it changed anything.
+    fn transition(&mut self, type_: &str, reason: &str, message: String, event: EventType) -> bool {
         if !cond::set(&mut self.status, type_, reason, &message, self.now.clone()) {
-            return;
+            return false;
         }
         if (type_ == cond::SUCCEEDED || type_ == cond::FAILED)
             && self.status.completion_time.is_none()
@@ -1159,6 +1185,7 @@ impl Planner<'_> {
             message,
             dedup_key: None,
         });
+        true
     }
 }
 

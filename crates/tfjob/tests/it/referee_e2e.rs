@@ -25,7 +25,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube_sim::lane::Lane;
 use serde_json::json;
 
-use crate::support::{create_job, eventually_within, replica, test_cluster, wait_for_condition};
+use crate::support::{
+    TestCluster, create_job, eventually_within, replica, test_cluster, wait_for_condition,
+};
 
 /// Fixed in training-operator v1.9.3: where its webhook server reads its
 /// certificate, which a pod gets from its mounted Secret.
@@ -64,14 +66,16 @@ fn free_port() -> u16 {
 }
 
 /// The operator process; killed when dropped.
-struct Referee {
+pub struct Referee {
     /// Held so the process is killed when the test ends (`kill_on_drop`).
     _child: tokio::process::Child,
     log: PathBuf,
+    /// The kubeconfig file and the log live here.
+    _work: tempfile::TempDir,
 }
 
 impl Referee {
-    fn log_tail(&self) -> String {
+    pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
@@ -116,8 +120,10 @@ async fn answers_ok(port: u16) -> bool {
     answer.starts_with(b"HTTP/1.0 200") || answer.starts_with(b"HTTP/1.1 200")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rotation() {
+/// Starts the referee against the test's cluster: its manifests applied,
+/// the webhook Service's EndpointSlice and the Secret volume played, ready
+/// (certificates rotated and mounted, CA injected, webhook listening).
+pub async fn start_referee(cluster: &TestCluster) -> Referee {
     let dir = referee_dir();
     let binary = dir.join("bin/training-operator");
     assert!(
@@ -125,7 +131,6 @@ async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rota
         "{} is missing: rebuild with scripts/training-operator.sh build",
         binary.display()
     );
-    let cluster = test_cluster("referee").await;
     let work = tempfile::tempdir().unwrap();
     let kubeconfig = match Lane::from_env().unwrap() {
         Lane::Real(real) => real.admin_kubeconfig,
@@ -196,7 +201,11 @@ async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rota
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
-    let referee = Referee { _child: child, log };
+    let referee = Referee {
+        _child: child,
+        log,
+        _work: work,
+    };
 
     // Ready once the rotator has written the certificate, the kubelet's
     // part has mounted it, the CA is injected and the webhook listens.
@@ -216,6 +225,13 @@ async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rota
         referee.log_tail()
     );
     mount.await.unwrap();
+    referee
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rotation() {
+    let cluster = test_cluster("referee").await;
+    let referee = start_referee(&cluster).await;
     let configurations: Api<DynamicObject> = Api::all_with(
         cluster.client.clone(),
         &ApiResource::from_gvk_with_plural(
