@@ -11,11 +11,25 @@ root=$(pwd)
 # modules (test names matching `_e2e::`) against them with
 # GPUFLEET_TEST_CLUSTER=real, one test at a time (they share the cluster),
 # and stops the lane afterwards. Further arguments go to nextest.
+# `--prepare`: install the outside clients and cargo-nextest and compile
+# every test binary, then stop; .ci/run does this while the Go builds run in
+# the background, so the two share the cores.
 lane=sim
 if [ "${1:-}" = "--real" ]; then
   lane=real
   shift
+elif [ "${1:-}" = "--prepare" ]; then
+  lane=prepare
+  shift
 fi
+
+install_nextest() {
+  if ! cargo nextest --version >/dev/null 2>&1; then
+    # Pinned: a new nextest release must not change a run unannounced.
+    echo "test.sh: installing cargo-nextest 0.9.151 from crates.io (first run on this machine, 6 to 19 minutes)" >&2
+    cargo install --locked cargo-nextest --version 0.9.151
+  fi
+}
 
 # Outside clients the tests drive, in a project-local virtualenv.
 venv="$root/.venv"
@@ -59,6 +73,12 @@ fi
   echo "test.sh: $CHROMIUM does not run" >&2
   exit 1
 }
+
+if [ "$lane" = prepare ]; then
+  install_nextest
+  cargo nextest run --workspace --no-run
+  exit 0
+fi
 
 # --- services for gpuid exporters ---
 # moto_server (S3) and PostgreSQL for the exporter tests in crates/gpuid.
@@ -164,11 +184,7 @@ GPUFLEET_TRAINING_OPERATOR_DIR=$(scripts/training-operator.sh dir) || {
 }
 export GPUFLEET_TRAINING_OPERATOR_DIR
 
-if ! cargo nextest --version >/dev/null 2>&1; then
-  # Pinned: a new nextest release must not change a run unannounced.
-  echo "test.sh: installing cargo-nextest 0.9.151 from crates.io (first run on this machine, 6 to 19 minutes)" >&2
-  cargo install --locked cargo-nextest --version 0.9.151
-fi
+install_nextest
 # Not exec: the EXIT trap above must still stop the services.
 status=0
 if [ "$lane" = real ]; then
