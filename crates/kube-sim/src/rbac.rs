@@ -6,6 +6,8 @@
 
 use serde_json::Value;
 
+pub mod escalation;
+
 /// Who asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserInfo {
@@ -25,6 +27,12 @@ impl UserInfo {
                 "system:authenticated".into(),
             ],
         }
+    }
+
+    /// Whether the user is in `system:masters`, the group kube-apiserver
+    /// allows everything without asking RBAC (the admin token's).
+    pub fn is_superuser(&self) -> bool {
+        self.groups.iter().any(|g| g == SUPERUSER_GROUP)
     }
 
     /// The namespace and name of the ServiceAccount this user is, if any.
@@ -73,7 +81,7 @@ pub struct Decision {
 const SUPERUSER_GROUP: &str = "system:masters";
 
 pub fn authorize(policy: &Policy, user: &UserInfo, request: &Request) -> Decision {
-    if user.groups.iter().any(|g| g == SUPERUSER_GROUP) {
+    if user.is_superuser() {
         return Decision {
             allowed: true,
             reason: String::new(),

@@ -56,6 +56,10 @@ pub(super) struct Write<'a> {
     pub headers: &'a HeaderMap,
     pub caller: Option<&'a UserInfo>,
     pub sub: Subresource,
+    /// The RBAC escalation check the final object must pass, if any
+    /// (escalation.rs): it runs where kube-apiserver's registry runs it,
+    /// after mutating admission and before validating admission.
+    pub escalation: Option<super::escalation::Guard<'a>>,
 }
 
 /// The webhooks a write must pass, or `None` when no webhook's rules could
@@ -326,6 +330,14 @@ async fn create(
     let admitted = store.create_admitted(rt, version, ns, object, &later_pass(params, true))?;
     let final_object = view(write, &admitted)?;
     request.attrs.name = object_name(&final_object).to_string();
+    if let Some(guard) = &write.escalation {
+        let requested = if named {
+            object_name(&final_object)
+        } else {
+            ""
+        };
+        guard.check(store, requested, &final_object, None)?;
+    }
     admission::validate(
         store,
         set,
@@ -409,6 +421,9 @@ async fn update(
             other => other?,
         };
         let final_object = view(write, &admitted)?;
+        if let Some(guard) = &write.escalation {
+            guard.check(store, name, &final_object, old.as_ref())?;
+        }
         admission::validate(
             store,
             set,

@@ -34,6 +34,11 @@ pub enum Authorization {
 #[derive(Debug, Clone)]
 pub struct Caller(pub UserInfo);
 
+/// Present on a request whose caller RBAC decides about, for the checks
+/// that go with RBAC past the guard (escalation.rs).
+#[derive(Debug, Clone, Copy)]
+pub struct RbacEnforced;
+
 /// The guard's settings and what it needs from the server.
 #[derive(Clone)]
 pub struct Guard {
@@ -55,6 +60,9 @@ pub async fn layer(State(guard): State<Arc<Guard>>, mut request: Request, next: 
     match check(&guard, &request) {
         Ok(Some(caller)) => {
             request.extensions_mut().insert(Caller(caller));
+            if guard.authorization == Authorization::Rbac {
+                request.extensions_mut().insert(RbacEnforced);
+            }
             next.run(request).await
         }
         Ok(None) => next.run(request).await,

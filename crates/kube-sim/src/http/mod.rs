@@ -4,6 +4,7 @@
 mod admitted;
 pub mod auth;
 pub mod discovery;
+mod escalation;
 pub(crate) mod eviction;
 pub mod faults;
 mod negotiate;
@@ -143,6 +144,7 @@ async fn dispatch(
     uri: Uri,
     headers: HeaderMap,
     caller: Option<axum::Extension<auth::Caller>>,
+    rbac_enforced: Option<axum::Extension<auth::RbacEnforced>>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let body = match body {
@@ -150,7 +152,14 @@ async fn dispatch(
         Err(rejection) => return body_rejection(&rejection).into_response(),
     };
     let caller = caller.map(|axum::Extension(auth::Caller(user))| user);
-    let response = match handle(&state, &method, &uri, &headers, body, caller.as_ref()).await {
+    let request = Incoming {
+        method: &method,
+        uri: &uri,
+        headers: &headers,
+        caller: caller.as_ref(),
+        rbac_enforced: rbac_enforced.is_some(),
+    };
+    let response = match handle(&state, &request, body).await {
         // Table answers for kubectl get (table.rs)
         Ok(response) => table::convert(&state.store, &method, &uri, &headers, response).await,
         Err(err) => err.into_response(),
@@ -186,14 +195,29 @@ fn body_rejection(rejection: &axum::extract::rejection::BytesRejection) -> ApiEr
     }
 }
 
+/// A request as `handle` needs it.
+struct Incoming<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    /// Who asks (`None`: authentication is off, or the in-process client).
+    caller: Option<&'a crate::rbac::UserInfo>,
+    /// Whether RBAC decides about the caller.
+    rbac_enforced: bool,
+}
+
 async fn handle(
     state: &AppState,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
+    request: &Incoming<'_>,
     body: Bytes,
-    caller: Option<&crate::rbac::UserInfo>,
 ) -> Result<Response, ApiError> {
+    let Incoming {
+        method,
+        uri,
+        headers,
+        caller,
+        rbac_enforced,
+    } = *request;
     let store = &state.store;
     if let Some(answer) = reviews::answer(store, method, uri.path(), headers, &body, caller) {
         if table::accepts_only_table(headers) {
@@ -235,9 +259,17 @@ async fn handle(
             headers,
             caller,
             sub,
+            escalation: escalation::guard_for(store, rbac_enforced, caller, &target, method, sub),
         };
-        if let Some(webhooks) = admitted::webhooks_for(&write) {
-            return admitted::serve(&write, &webhooks, body).await;
+        match admitted::webhooks_for(&write) {
+            Some(webhooks) => return admitted::serve(&write, &webhooks, body).await,
+            // The escalation check alone takes the same passes, with no
+            // webhook to call.
+            None if write.escalation.is_some() => {
+                let none = crate::admission::webhooks::Configured::default();
+                return admitted::serve(&write, &none, body).await;
+            }
+            None => {}
         }
     }
     match (&target.name, target.subresource.as_deref()) {

@@ -273,7 +273,7 @@ fn go_float(x: f64, min_exp: i32, max_exp: i32, two_digit_exp: bool) -> String {
 
 /// Go's `strconv.Quote`: double quotes, with escapes for quotes,
 /// backslashes, control and non-printable characters.
-pub(super) fn go_quote(s: &str) -> String {
+pub(crate) fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -39,6 +39,7 @@ mod validate;
 
 use serde_json::Value;
 
+pub(crate) use errors::go_quote;
 pub use errors::{FieldError, FieldErrorKind, status_message};
 pub(crate) use rules::{Bindings, cel_string, cel_type_name};
 pub use rules::{Expression, PER_CALL_LIMIT, RUNTIME_COST_BUDGET};
