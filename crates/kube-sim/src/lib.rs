@@ -19,6 +19,7 @@
 mod admission;
 pub mod apply;
 mod crd;
+pub mod credentials;
 mod defaults;
 pub mod differential;
 mod error;

@@ -26,6 +26,8 @@ pub enum Error {
     DataDir(#[from] crate::store::DataDirError),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    #[error(transparent)]
+    Credentials(#[from] crate::credentials::CredentialsError),
 }
 
 /// Configures a kube-sim instance before it starts.
@@ -41,6 +43,9 @@ pub struct KubeSimBuilder {
     static_tokens: Vec<crate::tokens::StaticToken>,
     // security defaults (docs/kube-sim.md): off for the embedded server
     admin_token: Option<String>,
+    /// Generate an admin token at start (kept with `--data-dir`) unless
+    /// `admin_token` names one.
+    generate_token: bool,
     tls: bool,
     authorization: crate::Authorization,
     timeouts: crate::timeouts::ConnectionTimeouts,
@@ -58,6 +63,7 @@ impl Default for KubeSimBuilder {
             kubelet: Default::default(),
             static_tokens: Vec::new(),
             admin_token: None,
+            generate_token: false,
             tls: false,
             authorization: crate::Authorization::AlwaysAllow,
             timeouts: Default::default(),
@@ -145,17 +151,17 @@ impl KubeSimBuilder {
         self
     }
 
-    /// Like [`Self::bearer_token`] with a random token generated at start
-    /// (see [`KubeSim::token`]).
+    /// Like [`Self::bearer_token`] with a random token generated at the
+    /// first start (see [`KubeSim::token`]); with a data directory, later
+    /// starts on it reuse that token.
     pub fn require_token(mut self) -> Self {
-        if self.admin_token.is_none() {
-            self.admin_token = Some(crate::security::generate_token());
-        }
+        self.generate_token = true;
         self
     }
 
-    /// Serves HTTPS with a CA and serving certificate generated at start
-    /// (for `localhost`, `127.0.0.1`, `::1`); the kubeconfig carries the CA.
+    /// Serves HTTPS with a CA and serving certificate generated at the
+    /// first start (for `localhost`, `127.0.0.1`, `::1`) and, with a data
+    /// directory, kept there for later starts; the kubeconfig carries the CA.
     pub fn tls(mut self) -> Self {
         self.tls = true;
         self
@@ -217,14 +223,33 @@ impl KubeSimBuilder {
     /// Starts serving on 127.0.0.1 and builds the in-process client.
     /// Must be called inside a Tokio runtime.
     pub async fn start(mut self) -> Result<KubeSim, Error> {
-        let reviewable_tokens = self.take_reviewable_tokens();
+        let wanted = crate::credentials::Wanted {
+            admin_token: self.generate_token && self.admin_token.is_none(),
+            tls: self.tls,
+        };
         // Without a kubelet nobody would finish graceful pod deletions, so
         // they complete at once, as if the pods had stopped immediately.
         self.config.graceful_pod_deletion = self.kubelet.enabled;
-        let store = match &self.data_dir {
-            Some(dir) => Store::open(self.config, dir)?,
-            None => Store::new(self.config),
+        // The store first: it refuses a directory that is not kube-sim's
+        // before anything is written into it.
+        let config = std::mem::take(&mut self.config);
+        let (store, credentials) = match &self.data_dir {
+            Some(dir) => {
+                let store = Store::open(config, dir)?;
+                (
+                    store,
+                    crate::credentials::Credentials::load_or_create(dir, wanted)?,
+                )
+            }
+            None => (
+                Store::new(config),
+                crate::credentials::Credentials::fresh(wanted)?,
+            ),
         };
+        if let Some(token) = credentials.admin_token {
+            self.admin_token = Some(token);
+        }
+        let reviewable_tokens = self.take_reviewable_tokens();
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let faults = Arc::new(crate::http::faults::Faults::new(metrics.clone()));
         let state = AppState {
@@ -232,15 +257,14 @@ impl KubeSimBuilder {
             server_address: Default::default(),
             faults: faults.clone(),
             metrics: metrics.clone(),
-            tokens: Arc::new(crate::tokens::Tokens::new(reviewable_tokens)),
+            tokens: Arc::new(crate::tokens::Tokens::new(
+                reviewable_tokens,
+                &credentials.service_account_key,
+            )),
             openapi_v2: Default::default(),
             admission: Default::default(),
         };
-        let certificates = if self.tls {
-            Some(crate::tls::ServingCertificates::generate()?)
-        } else {
-            None
-        };
+        let certificates = credentials.certificates;
         let admin_token: Option<Arc<str>> = self.admin_token.as_deref().map(Arc::from);
         let guard = Arc::new(crate::http::auth::Guard {
             app: state.clone(),

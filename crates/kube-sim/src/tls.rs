@@ -1,5 +1,7 @@
 //! HTTPS for the loopback listener (`KubeSimBuilder::tls`): a CA made
-//! fresh at every start, a serving certificate it signs for `localhost`,
+//! at the first start (kept in the data directory with `--data-dir`, so
+//! clients keep trusting a restarted server; credentials.rs), a serving
+//! certificate it signs for `localhost`,
 //! `127.0.0.1` and `::1`, and a listener that completes TLS handshakes off
 //! the accept loop so one slow or plain-HTTP client never holds up others.
 //! rustls on ring, the tree's one crypto provider.
@@ -37,6 +39,18 @@ pub struct ServingCertificates {
     pub ca_der: Vec<u8>,
     certificate: pki_types::CertificateDer<'static>,
     key: Vec<u8>,
+    /// When the CA and serving certificate stop being valid.
+    not_after: jiff::Timestamp,
+}
+
+/// [`ServingCertificates`] as a data directory keeps them: DER in base64.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct StoredCertificates {
+    ca_pem: String,
+    ca_der: String,
+    certificate_der: String,
+    key_der: String,
+    not_after: i64,
 }
 
 impl std::fmt::Debug for ServingCertificates {
@@ -49,15 +63,20 @@ impl std::fmt::Debug for ServingCertificates {
 }
 
 /// The validity window: from a day ago (clock skew between processes is
-/// nil on one machine, but a day costs nothing) to a year ahead.
-fn validity(params: &mut CertificateParams) {
+/// nil on one machine, but a day costs nothing) to a year ahead, at
+/// midnight UTC of that day, which it returns.
+fn validity(params: &mut CertificateParams) -> jiff::Timestamp {
     let now = jiff::Timestamp::now();
-    let date = |t: jiff::Timestamp| {
-        let d = t.to_zoned(jiff::tz::TimeZone::UTC).date();
+    let midnight = |t: jiff::Timestamp| t.to_zoned(jiff::tz::TimeZone::UTC).date();
+    let date = |d: jiff::civil::Date| {
         rcgen::date_time_ymd(i32::from(d.year()), d.month() as u8, d.day() as u8)
     };
-    params.not_before = date(now - jiff::SignedDuration::from_hours(24));
-    params.not_after = date(now + jiff::SignedDuration::from_hours(24 * 365));
+    let last = midnight(now + jiff::SignedDuration::from_hours(24 * 365));
+    params.not_before = date(midnight(now - jiff::SignedDuration::from_hours(24)));
+    params.not_after = date(last);
+    last.to_zoned(jiff::tz::TimeZone::UTC)
+        .map(|z| z.timestamp())
+        .unwrap_or(now)
 }
 
 impl ServingCertificates {
@@ -74,7 +93,7 @@ impl ServingCertificates {
         let mut ca_name = DistinguishedName::new();
         ca_name.push(DnType::CommonName, "kube-sim CA");
         ca_params.distinguished_name = ca_name;
-        validity(&mut ca_params);
+        let not_after = validity(&mut ca_params);
         let ca = ca_params.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca_params, ca_key);
 
@@ -99,6 +118,39 @@ impl ServingCertificates {
             ca_der: ca.der().to_vec(),
             certificate: certificate.der().clone(),
             key: key.serialize_der(),
+            not_after,
+        })
+    }
+
+    /// Whether they stay valid for at least `margin` from now.
+    pub(crate) fn valid_for(&self, margin: jiff::SignedDuration) -> bool {
+        jiff::Timestamp::now()
+            .checked_add(margin)
+            .is_ok_and(|then| then < self.not_after)
+    }
+
+    pub(crate) fn to_stored(&self) -> StoredCertificates {
+        use base64::Engine;
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        StoredCertificates {
+            ca_pem: self.ca_pem.clone(),
+            ca_der: b64(&self.ca_der),
+            certificate_der: b64(self.certificate.as_ref()),
+            key_der: b64(&self.key),
+            not_after: self.not_after.as_second(),
+        }
+    }
+
+    /// Back from a data directory; `None` when a field does not decode.
+    pub(crate) fn from_stored(stored: &StoredCertificates) -> Option<Self> {
+        use base64::Engine;
+        let decode = |text: &str| base64::engine::general_purpose::STANDARD.decode(text).ok();
+        Some(Self {
+            ca_pem: stored.ca_pem.clone(),
+            ca_der: decode(&stored.ca_der)?,
+            certificate: pki_types::CertificateDer::from(decode(&stored.certificate_der)?),
+            key: decode(&stored.key_der)?,
+            not_after: jiff::Timestamp::from_second(stored.not_after).ok()?,
         })
     }
 

@@ -1,6 +1,7 @@
 //! Bearer tokens kube-sim can vouch for in a `TokenReview`: ServiceAccount
-//! tokens it issued through `TokenRequest`, and static tokens configured
-//! like kube-apiserver's `--token-auth-file`.
+//! tokens it issued through `TokenRequest` (signed JWTs, so they outlive a
+//! restart that keeps the signing key), and static tokens configured like
+//! kube-apiserver's `--token-auth-file`.
 //!
 //! kube-sim does not authenticate its own requests with them (every client
 //! is still cluster-admin); the tokens exist so a component that checks its
@@ -9,7 +10,6 @@
 
 use std::collections::HashMap;
 
-use parking_lot::Mutex;
 use rand::RngCore;
 
 /// The audience tokens are issued for when a TokenRequest names none, and
@@ -128,18 +128,6 @@ fn split_csv(line: &str) -> Option<Vec<String>> {
     Some(fields)
 }
 
-/// A ServiceAccount token kube-sim issued.
-#[derive(Debug, Clone)]
-struct Issued {
-    namespace: String,
-    name: String,
-    /// The ServiceAccount's UID at issue: a re-created account does not
-    /// inherit the old one's tokens.
-    uid: String,
-    audiences: Vec<String>,
-    expires: jiff::Timestamp,
-}
-
 /// What a TokenReview found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Review {
@@ -152,25 +140,94 @@ pub enum Review {
     Rejected(String),
 }
 
-/// Static and issued tokens of one kube-sim instance.
-#[derive(Debug, Default)]
+/// The length of the key ServiceAccount tokens are signed with.
+pub const SIGNING_KEY_LEN: usize = 32;
+
+/// The issuer written into ServiceAccount tokens (kube-apiserver's default
+/// `--service-account-issuer` on most installers).
+pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// Static tokens, and the key that signs and checks issued ones.
+///
+/// An issued token is a JWT (HS256) carrying who it is for, its audiences
+/// and expiry, like kube-apiserver's (which signs RS256 with its
+/// service-account key): nothing about it is kept in memory, so it stays
+/// valid across a restart that keeps the key (`--data-dir` does,
+/// credentials.rs), and any number can be issued without the server
+/// growing.
 pub struct Tokens {
     static_tokens: HashMap<String, TokenUser>,
-    issued: Mutex<HashMap<String, Issued>>,
+    signing: ring::hmac::Key,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the tokens or the key.
+        f.debug_struct("Tokens")
+            .field("static_tokens", &self.static_tokens.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The claims of an issued token, named as kube-apiserver names them.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Claims {
+    iss: String,
+    sub: String,
+    aud: Vec<String>,
+    exp: i64,
+    iat: i64,
+    nbf: i64,
+    jti: String,
+    #[serde(rename = "kubernetes.io")]
+    kubernetes: KubernetesClaims,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct KubernetesClaims {
+    namespace: String,
+    serviceaccount: AccountRef,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct AccountRef {
+    name: String,
+    uid: String,
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn from_b64url(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()
 }
 
 impl Tokens {
-    pub fn new(static_tokens: Vec<StaticToken>) -> Self {
+    /// `static_tokens`, and issued tokens signed with `signing_key`.
+    pub fn new(static_tokens: Vec<StaticToken>, signing_key: &[u8; SIGNING_KEY_LEN]) -> Self {
         Self {
             static_tokens: static_tokens
                 .into_iter()
                 .map(|t| (t.token, t.user))
                 .collect(),
-            issued: Mutex::default(),
+            signing: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, signing_key),
         }
     }
 
-    /// Issues an opaque random token for ServiceAccount `namespace/name`.
+    /// A fresh random signing key, for a server that keeps none.
+    pub fn random_key() -> [u8; SIGNING_KEY_LEN] {
+        let mut key = [0u8; SIGNING_KEY_LEN];
+        rand::rng().fill_bytes(&mut key);
+        key
+    }
+
+    /// Issues a signed token for ServiceAccount `namespace/name` (`uid`),
+    /// valid for `audiences` until `expires`.
     pub fn issue(
         &self,
         namespace: &str,
@@ -179,23 +236,41 @@ impl Tokens {
         audiences: Vec<String>,
         expires: jiff::Timestamp,
     ) -> String {
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        let token = format!(
-            "kube-sim.{}",
-            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        );
-        self.issued.lock().insert(
-            token.clone(),
-            Issued {
+        let now = jiff::Timestamp::now().as_second();
+        let claims = Claims {
+            iss: ISSUER.to_string(),
+            sub: format!("system:serviceaccount:{namespace}:{name}"),
+            aud: audiences,
+            exp: expires.as_second(),
+            iat: now,
+            nbf: now,
+            jti: uuid::Uuid::new_v4().to_string(),
+            kubernetes: KubernetesClaims {
                 namespace: namespace.to_string(),
-                name: name.to_string(),
-                uid: uid.to_string(),
-                audiences,
-                expires,
+                serviceaccount: AccountRef {
+                    name: name.to_string(),
+                    uid: uid.to_string(),
+                },
             },
+        };
+        // Serializing these plain strings and numbers cannot fail.
+        let payload = serde_json::to_vec(&claims).unwrap_or_default();
+        let signed = format!(
+            "{}.{}",
+            b64url(br#"{"alg":"HS256","typ":"JWT"}"#),
+            b64url(&payload)
         );
-        token
+        let tag = ring::hmac::sign(&self.signing, signed.as_bytes());
+        format!("{signed}.{}", b64url(tag.as_ref()))
+    }
+
+    /// The claims of `token` if this server signed it (expiry unchecked).
+    fn verified_claims(&self, token: &str) -> Option<Claims> {
+        let (signed, tag) = token.rsplit_once('.')?;
+        let (_header, payload) = signed.split_once('.')?;
+        let tag = from_b64url(tag)?;
+        ring::hmac::verify(&self.signing, signed.as_bytes(), &tag).ok()?;
+        serde_json::from_slice(&from_b64url(payload)?).ok()
     }
 
     /// Reviews `token` for `audiences` at `now`. `account_uid` answers the
@@ -220,34 +295,36 @@ impl Tokens {
                 audiences: wanted,
             };
         }
-        let Some(issued) = self.issued.lock().get(token).cloned() else {
+        let Some(claims) = self.verified_claims(token) else {
             return Review::Rejected("invalid bearer token".into());
         };
-        if now >= issued.expires {
+        if now.as_second() >= claims.exp {
             return Review::Rejected("invalid bearer token, token has expired".into());
         }
         let matched: Vec<String> = wanted
             .into_iter()
-            .filter(|audience| issued.audiences.contains(audience))
+            .filter(|audience| claims.aud.contains(audience))
             .collect();
         if matched.is_empty() {
             return Review::Rejected("invalid bearer token, token audiences is invalid".into());
         }
-        match account_uid(&issued.namespace, &issued.name) {
-            Some(uid) if uid == issued.uid => Review::Authenticated {
+        let namespace = &claims.kubernetes.namespace;
+        let account = &claims.kubernetes.serviceaccount;
+        match account_uid(namespace, &account.name) {
+            Some(uid) if uid == account.uid => Review::Authenticated {
                 user: TokenUser {
-                    username: format!("system:serviceaccount:{}:{}", issued.namespace, issued.name),
-                    uid: issued.uid.clone(),
+                    username: claims.sub.clone(),
+                    uid: account.uid.clone(),
                     groups: vec![
                         "system:serviceaccounts".into(),
-                        format!("system:serviceaccounts:{}", issued.namespace),
+                        format!("system:serviceaccounts:{namespace}"),
                     ],
                 },
                 audiences: matched,
             },
             _ => Review::Rejected(format!(
-                "invalid bearer token, service account {}/{} has been deleted",
-                issued.namespace, issued.name
+                "invalid bearer token, service account {namespace}/{} has been deleted",
+                account.name
             )),
         }
     }
@@ -285,7 +362,10 @@ mod tests {
 
     #[test]
     fn issued_tokens_expire_need_their_audience_and_die_with_their_account() {
-        let tokens = Tokens::new(vec![StaticToken::new("s", "bob", "7", &["g"])]);
+        let tokens = Tokens::new(
+            vec![StaticToken::new("s", "bob", "7", &["g"])],
+            &Tokens::random_key(),
+        );
         let token = tokens.issue("ns", "sa", "uid-sa", vec![DEFAULT_AUDIENCE.into()], at(100));
         let alive = |_: &str, _: &str| Some("uid-sa".to_string());
         assert!(matches!(
@@ -312,5 +392,39 @@ mod tests {
             tokens.review("s", &[], at(50), alive),
             Review::Authenticated { ref user, .. } if user.username == "bob" && user.groups == ["g"]
         ));
+    }
+
+    #[test]
+    fn an_issued_token_is_valid_wherever_its_key_is_and_nowhere_else() {
+        let key = Tokens::random_key();
+        let first = Tokens::new(Vec::new(), &key);
+        let token = first.issue("ns", "sa", "uid-sa", vec![DEFAULT_AUDIENCE.into()], at(100));
+        let alive = |_: &str, _: &str| Some("uid-sa".to_string());
+        // A restarted server with the same key.
+        let restarted = Tokens::new(Vec::new(), &key);
+        assert!(matches!(
+            restarted.review(&token, &[], at(50), alive),
+            Review::Authenticated { ref user, .. } if user.username == "system:serviceaccount:ns:sa"
+        ));
+        let other = Tokens::new(Vec::new(), &Tokens::random_key());
+        assert_eq!(
+            other.review(&token, &[], at(50), alive),
+            Review::Rejected("invalid bearer token".into())
+        );
+        // A token whose claims were edited no longer matches its signature.
+        let parts: Vec<&str> = token.split('.').collect();
+        let forged_claims = String::from_utf8(from_b64url(parts[1]).unwrap())
+            .unwrap()
+            .replace("\"sa\"", "\"admin\"");
+        let forged = format!(
+            "{}.{}.{}",
+            parts[0],
+            b64url(forged_claims.as_bytes()),
+            parts[2]
+        );
+        assert_eq!(
+            restarted.review(&forged, &[], at(50), alive),
+            Review::Rejected("invalid bearer token".into())
+        );
     }
 }

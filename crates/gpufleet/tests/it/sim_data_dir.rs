@@ -1,6 +1,7 @@
 //! `gpufleet sim serve --data-dir`: what a client saw acknowledged is there
-//! after a `kill -9` and a restart, and a directory that is not a kube-sim
-//! store is refused.
+//! after a `kill -9` and a restart, a running controller carries on across
+//! the restart with its kubeconfig and tokens, and a directory that is not
+//! a kube-sim store is refused.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,11 +9,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::authentication::v1::TokenReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::support::SimServer;
+use crate::support::{KilledOnDrop, SimServer, free_port, poll_http};
 
 async fn client_for(kubeconfig: &Path) -> kube::Client {
     let config = kube::Config::from_custom_kubeconfig(
@@ -164,4 +167,124 @@ fn a_directory_that_is_not_a_kube_sim_store_is_refused_and_left_alone() {
     );
     // Nothing was added beside the file that was there.
     assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 1);
+}
+
+/// A TFJob with one Worker, as the test's user would write it.
+fn one_worker_job(name: &str) -> tfjob::api::TFJobObject {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {"tfReplicaSpecs": {"Worker": {"template": {
+            "spec": {"containers": [{"name": "tensorflow", "image": "tf:1"}]}
+        }}}}
+    }))
+    .expect("a valid TFJob")
+}
+
+/// Waits (60 s at most) for `pod` to exist.
+async fn pod_appears(pods: &Api<Pod>, pod: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some(_)) = pods.get_opt(pod).await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controller never created {pod}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_controller_carries_on_after_kube_sim_restarts_on_its_data_dir() {
+    let data = tempfile::tempdir().unwrap();
+    let data_arg = data.path().join("store").to_string_lossy().into_owned();
+    let port = free_port();
+    let mut first = SimServer::start_on_port(port, &["--data-dir", &data_arg]);
+    let kubeconfig = std::fs::read_to_string(&first.kubeconfig).unwrap();
+    let client = client_for(&first.kubeconfig).await;
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &tfjob::api::crd())
+        .await
+        .unwrap();
+    let node: Node =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "node-1"}})).unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    // A ServiceAccount token issued before the restart.
+    let accounts: Api<ServiceAccount> = Api::default_namespaced(client.clone());
+    let account: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "trainer"}})).unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let issued = accounts
+        .create_token_request("trainer", &PostParams::default(), &Default::default())
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+
+    // The operator, a separate process with the kubeconfig file.
+    let metrics_port = free_port();
+    let _operator = KilledOnDrop {
+        name: "gpufleet tfjob",
+        child: Command::new(env!("CARGO_BIN_EXE_gpufleet"))
+            .args(["tfjob", "--kubeconfig"])
+            .arg(&first.kubeconfig)
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+            .env_remove("KUBECONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    };
+    poll_http(metrics_port, "/readyz", |status, _| status == 200).await;
+    let jobs: Api<tfjob::api::TFJobObject> = Api::default_namespaced(client.clone());
+    jobs.create(&PostParams::default(), &one_worker_job("before"))
+        .await
+        .unwrap();
+    pod_appears(&Api::default_namespaced(client.clone()), "before-worker-0").await;
+
+    // kill -9, and the same command again on the same port and directory.
+    first.child.kill().expect("kill -9");
+    first.child.wait().expect("the server is gone");
+    let second = SimServer::start_on_port(port, &["--data-dir", &data_arg]);
+    assert_eq!(
+        std::fs::read_to_string(&second.kubeconfig).unwrap(),
+        kubeconfig,
+        "the restarted server's kubeconfig (URL, CA, admin token) is the first one's"
+    );
+    // The old kubeconfig's client works: same CA, same admin token.
+    let client = client_for(&first.kubeconfig).await;
+    let review: TokenReview = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": issued},
+    }))
+    .unwrap();
+    let reviewed = Api::<TokenReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(reviewed.authenticated, Some(true), "{reviewed:?}");
+    assert_eq!(
+        reviewed.user.and_then(|u| u.username).as_deref(),
+        Some("system:serviceaccount:default:trainer")
+    );
+    // The operator, never restarted, acts on a job made after the restart.
+    let jobs: Api<tfjob::api::TFJobObject> = Api::default_namespaced(client.clone());
+    jobs.create(&PostParams::default(), &one_worker_job("after"))
+        .await
+        .unwrap();
+    pod_appears(&Api::default_namespaced(client.clone()), "after-worker-0").await;
+    drop(second);
 }

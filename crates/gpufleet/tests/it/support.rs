@@ -34,10 +34,15 @@ impl SimServer {
 
     /// `gpufleet sim serve` with more flags (e.g. `--data-dir`).
     pub fn start_with(extra_args: &[&str]) -> Self {
+        Self::start_on_port(0, extra_args)
+    }
+
+    /// Like [`Self::start_with`] on `port` (0: a free one).
+    pub fn start_on_port(port: u16, extra_args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("kubeconfig");
         let child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
-            .args(["sim", "serve", "--port", "0", "--kubeconfig"])
+            .args(["sim", "serve", "--port", &port.to_string(), "--kubeconfig"])
             .arg(&kubeconfig)
             .args(extra_args)
             .stdout(Stdio::null())
