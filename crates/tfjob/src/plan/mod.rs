@@ -140,6 +140,10 @@ pub struct PlannedEvent {
     /// Events with a key are emitted once per key (per operator process);
     /// events without one follow a status transition, which happens once.
     pub dedup_key: Option<String>,
+    /// Whether the jobs_* metrics count this Event's reason: false for a
+    /// second Event about a transition already counted (the extra note of
+    /// an ExitCode failure), so each job is counted once.
+    pub counted: bool,
 }
 
 impl PlannedEvent {
@@ -149,6 +153,7 @@ impl PlannedEvent {
             reason: reason.to_string(),
             message,
             dedup_key: None,
+            counted: true,
         }
     }
     fn warning(reason: &str, message: String) -> Self {
@@ -157,6 +162,7 @@ impl PlannedEvent {
             reason: reason.to_string(),
             message,
             dedup_key: None,
+            counted: true,
         }
     }
     fn keyed(mut self, key: String) -> Self {
@@ -477,6 +483,7 @@ impl Planner<'_> {
                         reason: reason.to_string(),
                         message: note,
                         dedup_key: None,
+                        counted: false,
                     });
                 }
                 self.finished(&pods, &services);
@@ -1184,6 +1191,7 @@ impl Planner<'_> {
             reason: reason.to_string(),
             message,
             dedup_key: None,
+            counted: true,
         });
         true
     }

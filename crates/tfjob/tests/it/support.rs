@@ -39,6 +39,8 @@ pub struct TestCluster {
     /// `kubeflow` only); its name is the test's namespace, unique per test.
     lease_namespace: String,
     sim: Option<kube_sim::KubeSim>,
+    /// The kubeconfig (YAML) of `client`, for outside clients.
+    pub kubeconfig: String,
 }
 
 impl TestCluster {
@@ -74,8 +76,12 @@ fn unique_name(prefix: &str) -> String {
 /// the CRD from the Rust types is installed. Switch here, nowhere else.
 pub async fn test_cluster(prefix: &str) -> TestCluster {
     let lane = Lane::from_env().unwrap_or_else(|error| panic!("{error}"));
-    let (client, operator_client, sim) = match &lane {
+    let (client, operator_client, sim, kubeconfig) = match &lane {
         Lane::Real(cluster) => {
+            let kubeconfig =
+                std::fs::read_to_string(&cluster.admin_kubeconfig).unwrap_or_else(|error| {
+                    panic!("reading the real lane's admin kubeconfig: {error}")
+                });
             let client = kube_sim::lane::client_from_kubeconfig(&cluster.admin_kubeconfig)
                 .await
                 .unwrap_or_else(|error| panic!("{error}"));
@@ -87,11 +93,12 @@ pub async fn test_cluster(prefix: &str) -> TestCluster {
                 panic!("{error} (deploy/tfjob's ServiceAccount; `scripts/real-cluster.sh up` writes it)")
             });
             remove_earlier_test_namespaces(&client).await;
-            (client, operator_client, None)
+            (client, operator_client, None, kubeconfig)
         }
         Lane::Sim => {
             let sim = kube_sim::KubeSim::builder().start().await.unwrap();
-            (sim.client(), sim.client(), Some(sim))
+            let kubeconfig = sim.kubeconfig();
+            (sim.client(), sim.client(), Some(sim), kubeconfig)
         }
     };
     ensure_node(&client).await;
@@ -126,6 +133,7 @@ pub async fn test_cluster(prefix: &str) -> TestCluster {
         namespace,
         operator_client,
         sim,
+        kubeconfig,
     }
 }
 
