@@ -864,8 +864,15 @@ EOF
   # A static bearer token for one test Node identity (kube-apiserver's
   # --token-auth-file: token,user,uid,"groups"), so tests of node-facing
   # APIs (Mokka's node-agent API) can authenticate as a kubelet would.
+  # Two people follow it, for tests of who besides a Node may use such an
+  # API: alice, a cluster admin (system:masters, like kubeadm's admin), and
+  # bob, whom the cluster grants nothing.
   NODE_TOKEN=$(openssl rand -hex 24)
-  printf '%s,system:node:%s,%s,"system:nodes"\n' "$NODE_TOKEN" "$NODE_TOKEN_NAME" "node-$NODE_TOKEN_NAME" >"$STATE/token-auth.csv"
+  {
+    printf '%s,system:node:%s,%s,"system:nodes"\n' "$NODE_TOKEN" "$NODE_TOKEN_NAME" "node-$NODE_TOKEN_NAME"
+    printf '%s,alice,alice-uid,"system:masters"\n' "$(openssl rand -hex 24)"
+    printf '%s,bob,bob-uid\n' "$(openssl rand -hex 24)"
+  } >"$STATE/token-auth.csv"
   chmod 600 "$STATE/token-auth.csv"
 
   local p="$STATE/pki"

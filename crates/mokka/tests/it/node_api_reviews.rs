@@ -1,15 +1,13 @@
 //! The node API's token and access reviews under a burst of requests
-//! (kube-sim only: it counts the reviews the API server received), and the
-//! people who may read assignments (kube-sim only: the real lane's
-//! kube-apiserver has static tokens for one Node only, and its admin
-//! authenticates with a client certificate).
+//! (kube-sim only: it counts the reviews the API server received). Who may
+//! read assignments is tested on both lanes in `mokka_e2e::node_api`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, PostParams};
-use mokka::controller::node_api::auth::{AuthError, Authenticator};
+use mokka::controller::node_api::auth::Authenticator;
 use serde_json::json;
 
 const TOKEN: &str = "burst-agent-token";
@@ -102,73 +100,4 @@ async fn a_burst_of_requests_sharing_a_token_sends_one_token_review_and_one_acce
         "one more review after the expiry, not one per waiting request"
     );
     assert_eq!(reviews("subjectaccessreviews") - access_before, 2);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_admin_reads_any_assignment_a_user_without_the_grant_gets_403_and_a_node_only_its_own() {
-    let token = |token: &str, user: &str, groups: &[&str]| {
-        kube_sim::tokens::StaticToken::new(token, user, &format!("{user}-uid"), groups)
-    };
-    let sim = kube_sim::KubeSim::builder()
-        .kubelet(kube_sim::KubeletConfig::disabled())
-        .static_tokens([
-            // A cluster admin's own token (kubeadm's admin is in system:masters).
-            token("alice-token", "alice", &["system:masters"]),
-            // A person the cluster grants nothing.
-            token("bob-token", "bob", &[]),
-            token("node-a-token", "system:node:node-a", &["system:nodes"]),
-        ])
-        .start()
-        .await
-        .expect("kube-sim");
-    // Even were every Node allowed to get racks, a Node reads only its own.
-    let client = sim.client();
-    Api::<ClusterRole>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "nodes-read-racks"},
-                "rules": [{"apiGroups": ["mokka.nvidia.com"], "resources": ["sgpuracks"], "verbs": ["get"]}]
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(client)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "nodes-read-racks"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "nodes-read-racks"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let auth = Authenticator::new(sim.client());
-
-    let admin = auth.authenticate("alice-token").await.unwrap();
-    assert_eq!(admin.username, "alice");
-    auth.authorize(&admin, "node-a")
-        .await
-        .expect("an admin reads any Node's assignment");
-    auth.authorize(&admin, "node-b").await.unwrap();
-
-    let user = auth.authenticate("bob-token").await.unwrap();
-    assert_eq!(
-        auth.authorize(&user, "node-a").await,
-        Err(AuthError::Forbidden(
-            "bob may not get sgpuracks.mokka.nvidia.com".into()
-        ))
-    );
-
-    let node = auth.authenticate("node-a-token").await.unwrap();
-    auth.authorize(&node, "node-a").await.expect("its own");
-    assert_eq!(
-        auth.authorize(&node, "node-b").await,
-        Err(AuthError::Forbidden(
-            "system:node:node-a may read only its own Node's assignment, not \"node-b\"".into()
-        ))
-    );
 }

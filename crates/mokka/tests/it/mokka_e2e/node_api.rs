@@ -360,3 +360,76 @@ async fn if_none_match_is_304_at_once_and_a_long_poll_wakes_within_a_second_of_a
     );
     replica.stop().await;
 }
+
+/// Creates `value` unless an object of that name exists (the real lane
+/// keeps what earlier runs made).
+async fn create_once<K>(api: &Api<K>, value: Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(value).unwrap();
+    match api.create(&kube::api::PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("creating {object:?}: {error}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_reads_any_assignment_a_user_without_the_grant_gets_403_and_a_node_only_its_own() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use mokka::controller::node_api::auth::{AuthError, Authenticator};
+
+    let cluster = Cluster::start().await;
+    // Even were every Node allowed to get racks, a Node reads only its own.
+    create_once(
+        &Api::<ClusterRole>::all(cluster.client.clone()),
+        json!({
+            "metadata": {"name": "mokka-e2e-nodes-read-racks"},
+            "rules": [{"apiGroups": ["mokka.nvidia.com"], "resources": ["sgpuracks"], "verbs": ["get"]}]
+        }),
+    )
+    .await;
+    create_once(
+        &Api::<ClusterRoleBinding>::all(cluster.client.clone()),
+        json!({
+            "metadata": {"name": "mokka-e2e-nodes-read-racks"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "mokka-e2e-nodes-read-racks"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
+        }),
+    )
+    .await;
+    let auth = Authenticator::new(cluster.controller_client.clone());
+
+    let admin = auth.authenticate(&cluster.admin_token).await.unwrap();
+    assert_eq!(admin.username, "alice");
+    auth.authorize(&admin, TOKEN_NODE)
+        .await
+        .expect("an admin reads any Node's assignment");
+    auth.authorize(&admin, "another-node").await.unwrap();
+
+    let user = auth.authenticate(&cluster.ungranted_token).await.unwrap();
+    assert_eq!(
+        auth.authorize(&user, TOKEN_NODE).await,
+        Err(AuthError::Forbidden(
+            "bob may not get sgpuracks.mokka.nvidia.com".into()
+        ))
+    );
+
+    let node = auth.authenticate(&cluster.node_token).await.unwrap();
+    // kube-apiserver's RBAC cache may lag the binding just made.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while auth.authorize(&node, TOKEN_NODE).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the Node never read its own assignment"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        auth.authorize(&node, "another-node").await,
+        Err(AuthError::Forbidden(format!(
+            "system:node:{TOKEN_NODE} may read only its own Node's assignment, not \"another-node\""
+        )))
+    );
+}

@@ -42,6 +42,24 @@ pub struct Cluster {
     pub controller_client: kube::Client,
     /// A bearer token of Node [`TOKEN_NODE`] (`system:node:…` in `system:nodes`).
     pub node_token: String,
+    /// Bearer tokens of two people: `alice`, a cluster admin
+    /// (`system:masters`), and `bob`, granted nothing.
+    pub admin_token: String,
+    pub ungranted_token: String,
+}
+
+/// kube-sim's static tokens for alice and bob (the real lane's are random).
+const SIM_ADMIN_TOKEN: &str = "kube-sim-static-token-for-alice";
+const SIM_UNGRANTED_TOKEN: &str = "kube-sim-static-token-for-bob";
+
+/// The token of `user` in the real lane's `--token-auth-file` (CSV lines
+/// `token,user,uid[,groups]`).
+fn token_of(csv: &str, user: &str) -> Option<String> {
+    csv.lines()
+        .map(|line| line.split(',').collect::<Vec<_>>())
+        .find(|fields| fields.get(1) == Some(&user))
+        .and_then(|fields| fields.first().map(|token| token.to_string()))
+        .filter(|token| !token.is_empty())
 }
 
 impl Cluster {
@@ -49,12 +67,26 @@ impl Cluster {
         match Lane::from_env().expect("GPUFLEET_TEST_CLUSTER") {
             Lane::Sim => {
                 let sim = KubeSim::builder()
-                    .static_tokens([kube_sim::tokens::StaticToken::new(
-                        SIM_NODE_TOKEN,
-                        &format!("system:node:{TOKEN_NODE}"),
-                        "node-uid",
-                        &["system:nodes"],
-                    )])
+                    .static_tokens([
+                        kube_sim::tokens::StaticToken::new(
+                            SIM_NODE_TOKEN,
+                            &format!("system:node:{TOKEN_NODE}"),
+                            "node-uid",
+                            &["system:nodes"],
+                        ),
+                        kube_sim::tokens::StaticToken::new(
+                            SIM_ADMIN_TOKEN,
+                            "alice",
+                            "alice-uid",
+                            &["system:masters"],
+                        ),
+                        kube_sim::tokens::StaticToken::new(
+                            SIM_UNGRANTED_TOKEN,
+                            "bob",
+                            "bob-uid",
+                            &[],
+                        ),
+                    ])
                     .start()
                     .await
                     .expect("kube-sim starts");
@@ -64,6 +96,8 @@ impl Cluster {
                     controller_client: client.clone(),
                     client,
                     node_token: SIM_NODE_TOKEN.to_string(),
+                    admin_token: SIM_ADMIN_TOKEN.to_string(),
+                    ungranted_token: SIM_UNGRANTED_TOKEN.to_string(),
                 };
                 cluster.install_crds().await;
                 cluster.create_namespace(LEASE_NAMESPACE).await;
@@ -84,21 +118,25 @@ impl Cluster {
                         .await
                         .expect("mokka kubeconfig");
                 let token_file = real.dir.join("token-auth.csv");
-                let node_token = std::fs::read_to_string(&token_file)
-                    .ok()
-                    .and_then(|text| text.split(',').next().map(str::to_string))
-                    .filter(|token| !token.is_empty())
-                    .unwrap_or_else(|| {
+                let csv = std::fs::read_to_string(&token_file).unwrap_or_default();
+                let token = |user: &str| {
+                    token_of(&csv, user).unwrap_or_else(|| {
                         panic!(
-                            "{} is missing: restart the lane with a scripts/real-cluster.sh that writes --token-auth-file",
+                            "{} has no token for {user}: restart the lane with the current scripts/real-cluster.sh, which writes it",
                             token_file.display()
                         )
-                    });
+                    })
+                };
+                let node_token = token(&format!("system:node:{TOKEN_NODE}"));
+                let admin_token = token("alice");
+                let ungranted_token = token("bob");
                 let cluster = Cluster {
                     sim: None,
                     client,
                     controller_client,
                     node_token,
+                    admin_token,
+                    ungranted_token,
                 };
                 cluster.clean().await;
                 cluster
@@ -127,6 +165,8 @@ impl Cluster {
             controller_client: client.clone(),
             client,
             node_token: String::new(),
+            admin_token: String::new(),
+            ungranted_token: String::new(),
         };
         cluster.install_crds_of(keep).await;
         cluster.create_namespace(LEASE_NAMESPACE).await;
