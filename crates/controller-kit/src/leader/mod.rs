@@ -276,9 +276,10 @@ impl LeaderElector {
         tracing::info!(identity = %self.config.identity, lease = %self.lock.describe(), "acquired leadership");
         self.metrics.set_leading(&self.config.name, true);
         let leader_token = shutdown.child_token();
-        let mut work = tokio::spawn(leader_work(leader_token.clone()));
+        let mut task = LeaderWorkTask(tokio::spawn(leader_work(leader_token.clone())));
+        let work = &mut task.0;
         let outcome = self
-            .keep_renewing(shutdown, &mut work, on_new_leader, &mut last_renew)
+            .keep_renewing(shutdown, work, on_new_leader, &mut last_renew)
             .await;
 
         // Stop the leader work before anyone else can take the lease.
@@ -291,13 +292,13 @@ impl LeaderElector {
                 // drains; the lease expiring meanwhile would let a successor overlap.
                 let never = CancellationToken::new();
                 let drained = self
-                    .keep_renewing(&never, &mut work, on_new_leader, &mut last_renew)
+                    .keep_renewing(&never, work, on_new_leader, &mut last_renew)
                     .await;
                 if drained == ElectionOutcome::LeadershipLost {
-                    self.stop_lost_work(&mut work).await;
+                    self.stop_lost_work(work).await;
                 }
             }
-            ElectionOutcome::LeadershipLost => self.stop_lost_work(&mut work).await,
+            ElectionOutcome::LeadershipLost => self.stop_lost_work(work).await,
         }
         self.metrics.set_leading(&self.config.name, false);
         tracing::info!(identity = %self.config.identity, ?outcome, "stopped leading");
@@ -573,6 +574,17 @@ impl LeaderElector {
                 tracing::warn!(%error, "releasing the lease failed; it will expire instead")
             }
         }
+    }
+}
+
+/// The leader work's task, aborted if the election run is dropped before it ends:
+/// nothing renews the lease any more then, so the work must not go on by itself.
+struct LeaderWorkTask(JoinHandle<()>);
+
+impl Drop for LeaderWorkTask {
+    fn drop(&mut self) {
+        // A no-op for a task that has already finished.
+        self.0.abort();
     }
 }
 

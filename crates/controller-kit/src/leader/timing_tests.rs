@@ -316,3 +316,36 @@ async fn shutdown_keeps_renewing_while_the_work_drains_past_the_lease_duration_t
     assert_eq!(holder, "", "released after the drain");
     assert!(released_at >= stopped_at + drain);
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_election_run_aborts_the_leader_work_it_no_longer_renews_for() {
+    let api = FakeApi::new();
+    let elector = elector(&api);
+    let log = WorkLog::default();
+    let shutdown = CancellationToken::new();
+    let leading = async {
+        while api.writes().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        _ = elector.run(&shutdown, &|_: &str| {}, work(&log, None)) => {
+            panic!("the run does not end by itself")
+        }
+        () = leading => {}
+    }
+    let dropped_at = Instant::now();
+    for _ in 0..10 {
+        if log.stopped().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        log.told(),
+        None,
+        "the token did not fire: the work was aborted"
+    );
+    let stopped = log.stopped().expect("the leader work was dropped");
+    assert!(stopped - dropped_at <= Duration::from_millis(10));
+}
