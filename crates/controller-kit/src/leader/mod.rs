@@ -350,15 +350,18 @@ impl LeaderElector {
         last_renew: &mut Instant,
     ) -> ElectionOutcome {
         loop {
+            let deadline = *last_renew + self.config.renew_deadline;
+            // Clamped for a caller that comes back late in a term (the shutdown drain
+            // after a cancel amid failing renews): the deadline is never overslept.
+            let next = (Instant::now() + self.config.retry_period).min(deadline);
             tokio::select! {
                 () = shutdown.cancelled() => return ElectionOutcome::Cancelled,
                 result = &mut *work => {
                     log_work_result(result);
                     return ElectionOutcome::LeaderWorkEnded;
                 }
-                () = tokio::time::sleep(self.config.retry_period) => {}
+                () = tokio::time::sleep_until(next) => {}
             }
-            let deadline = *last_renew + self.config.renew_deadline;
             loop {
                 let started = Instant::now();
                 if started >= deadline {

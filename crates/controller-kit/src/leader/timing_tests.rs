@@ -21,6 +21,8 @@ enum Mode {
     Answer,
     /// Every request waits forever.
     Hang,
+    /// Every request is answered 500 at once.
+    Refuse,
 }
 
 struct FakeState {
@@ -95,8 +97,11 @@ impl FakeApi {
     }
 
     async fn serve(&self, request: Request<Body>) -> Response<Body> {
-        if self.0.lock().mode == Mode::Hang {
-            return std::future::pending().await;
+        let mode = self.0.lock().mode;
+        match mode {
+            Mode::Answer => {}
+            Mode::Hang => return std::future::pending().await,
+            Mode::Refuse => return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
         }
         let method = request.method().clone();
         let body = match request.into_body().collect().await {
@@ -348,4 +353,33 @@ async fn dropping_the_election_run_aborts_the_leader_work_it_no_longer_renews_fo
     );
     let stopped = log.stopped().expect("the leader work was dropped");
     assert!(stopped - dropped_at <= Duration::from_millis(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_amid_failing_renews_still_gives_up_the_work_at_the_renew_deadline() {
+    let api = FakeApi::new();
+    let elector = elector(&api);
+    let log = WorkLog::default();
+    let shutdown = CancellationToken::new();
+    let run = elector.run(&shutdown, &|_: &str| {}, work(&log, None));
+    let stop = async {
+        while api.writes().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Refused at once, so the last failed renew is followed by a pause that ends
+        // at the deadline, and the shutdown comes during that pause.
+        api.set_mode(Mode::Refuse);
+        tokio::time::sleep(RENEW_DEADLINE - Duration::from_millis(200)).await;
+        shutdown.cancel();
+        Instant::now()
+    };
+    let (outcome, stopped_at) = tokio::join!(run, stop);
+    assert_eq!(outcome, ElectionOutcome::Cancelled);
+    assert_eq!(log.told(), Some(stopped_at));
+    let deadline = last_write_by(&api, "me") + RENEW_DEADLINE;
+    assert_eq!(
+        log.stopped(),
+        Some(deadline + Duration::from_millis(500)),
+        "work that ignores its token is aborted a stop grace after the renew deadline"
+    );
 }
