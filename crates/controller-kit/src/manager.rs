@@ -7,7 +7,11 @@
 //! 3. On promotion every controller attaches to the warm caches (replaying every cached
 //!    object), starts its workers, and only then is the replica leader-ready.
 //! 4. On demotion or shutdown the controllers detach, their queues shut down and their
-//!    workers drain (bounded by the drain timeout) *before* the Lease is released.
+//!    workers drain (bounded by the drain timeout) *before* the Lease is released. On
+//!    shutdown the Lease is renewed while they drain. A replica that lost the Lease is
+//!    told at the renew deadline and its workers are aborted if they have not returned
+//!    by half-way to the lease duration (see [`crate::leader`]), whatever the drain
+//!    timeout says.
 //! 5. A replica that loses leadership without being shut down campaigns again as a
 //!    standby; its caches keep running throughout.
 
@@ -29,8 +33,9 @@ use crate::readiness::Readiness;
 pub struct ManagerConfig {
     /// The election this replica takes part in.
     pub election: LeaderElectionConfig,
-    /// Longest wait for workers to finish when leadership ends (default 20 s, inside
-    /// Kubernetes' default 30 s termination grace period).
+    /// Longest wait for workers to finish on shutdown (default 20 s, inside Kubernetes'
+    /// default 30 s termination grace period). After a lost Lease the elector's shorter
+    /// grace applies instead: a replica that no longer leads must not keep writing.
     pub drain_timeout: Duration,
     /// Campaign for the Lease (default true). Off, the replica leads from the start
     /// and touches no Lease: for a single replica (`--leader-elect=false`).

@@ -3,15 +3,27 @@
 //! * A replica acquires the lease when it is free (no holder) or expired: its holder
 //!   has not renewed it within the lease duration, measured on *our* clock from when we
 //!   last saw the record change (so clock skew between replicas does not matter).
-//! * The leader renews every retry period and gives up when it cannot renew within the
-//!   renew deadline.
-//! * When leadership ends for any reason, the leader-lifetime work is stopped and
-//!   drained *before* the lease is released, so a successor never overlaps a draining
+//! * The leader renews every retry period. Its claim is good for the renew deadline
+//!   from the start of its last successful renew: if no renew succeeds by then, or a
+//!   read shows another holder, it steps down at once. A successor cannot take over
+//!   before the lease duration has passed from that same renew, so the difference
+//!   between the two is the margin that keeps two leaders apart.
+//! * Every Lease call runs under a timeout (half the renew deadline, and never past the
+//!   deadline itself). The call is dropped when it runs out, which also ends kube's own
+//!   retries of 503s and 429s inside it: a server that hangs or keeps refusing cannot
+//!   hold the leader past its deadline.
+//! * When leadership is lost, the leader work's token is cancelled at once and the work
+//!   gets half of the margin to return by itself; after that it is aborted, so it is
+//!   gone with half of the margin to spare for timer and clock differences.
+//! * On shutdown the leader keeps renewing while its work drains, and the lease is
+//!   released only after the work has stopped, so a successor never overlaps a draining
 //!   leader. With `release_on_cancel`, the holder is then cleared so a standby can take
 //!   over at once instead of waiting out the lease.
 
 pub mod lease_lock;
 pub mod metrics;
+#[cfg(test)]
+mod timing_tests;
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,6 +32,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use parking_lot::Mutex;
 use rand::Rng;
+use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -41,7 +54,8 @@ pub struct LeaderElectionConfig {
     pub identity: String,
     /// How long a claim lasts without renewal (default 15 s).
     pub lease_duration: Duration,
-    /// How long the leader keeps trying to renew before giving up (default 10 s).
+    /// How long the leader keeps leading after the start of its last successful renew
+    /// without another one; then it steps down (default 10 s).
     pub renew_deadline: Duration,
     /// Pause between attempts (default 2 s).
     pub retry_period: Duration,
@@ -107,6 +121,14 @@ impl LeaderElectionConfig {
                 "must be a whole number of seconds (the Lease stores seconds)",
             ));
         }
+        // The Lease stores a 32-bit count of seconds; the bound also keeps every deadline
+        // computed from these durations far from the clock's range.
+        if self.lease_duration.as_secs() > i32::MAX as u64 {
+            return Err(ConfigError::invalid(
+                "leader election lease duration",
+                "must be at most 2147483647 seconds (the Lease stores a 32-bit count)",
+            ));
+        }
         Ok(())
     }
 }
@@ -136,10 +158,21 @@ pub fn default_identity() -> String {
 pub enum ElectionOutcome {
     /// Shutdown was requested (before or during leadership).
     Cancelled,
-    /// The lease could not be renewed within the renew deadline.
+    /// No renew succeeded within the renew deadline, or another replica holds the lease.
     LeadershipLost,
     /// The leader work returned on its own.
     LeaderWorkEnded,
+}
+
+/// What one GET-then-PUT round found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    /// We hold the lease now.
+    Held,
+    /// Another replica holds a lease that has not expired.
+    HeldByOther,
+    /// The round failed, lost a race or ran out of time: who holds the lease is unknown.
+    Failed,
 }
 
 #[derive(Default)]
@@ -198,8 +231,30 @@ impl LeaderElector {
             .map(|record| record.holder_identity.clone())
     }
 
+    /// The longest one Lease round (GET, then create or update) may take. Half the renew
+    /// deadline: a call stuck on a dead connection still leaves room for a second attempt
+    /// on a fresh one, while a slow but working server gets ample time.
+    pub fn attempt_timeout(&self) -> Duration {
+        self.config.renew_deadline / 2
+    }
+
+    /// How long leader work may take to return by itself once leadership is lost before
+    /// it is aborted: half of the margin between renew deadline and lease duration. The
+    /// other half is left for timer delays and clocks that run at different rates, so the
+    /// work is gone before any successor can have taken the lease.
+    pub fn stop_grace(&self) -> Duration {
+        self.config
+            .lease_duration
+            .saturating_sub(self.config.renew_deadline)
+            / 2
+    }
+
     /// Campaigns until shutdown; while leading runs `leader_work` with a token that is
     /// cancelled when leadership ends, and waits for it to finish before releasing.
+    ///
+    /// On a lost lease the token fires no later than the renew deadline after the last
+    /// successful renew, and work still running [`Self::stop_grace`] later is aborted. On
+    /// shutdown the lease is kept renewed until the work has returned.
     ///
     /// `on_new_leader` is called with each newly observed holder (including ourselves).
     pub async fn run<W, F>(
@@ -215,101 +270,169 @@ impl LeaderElector {
         // Each campaign reports the current holder afresh: one seen while we still led was
         // (rightly) ignored by the readiness machine and must be reported again now.
         self.observed.lock().reported_holder = None;
-        if !self.acquire(shutdown, on_new_leader).await {
+        let Some(mut last_renew) = self.acquire(shutdown, on_new_leader).await else {
             return ElectionOutcome::Cancelled;
-        }
+        };
         tracing::info!(identity = %self.config.identity, lease = %self.lock.describe(), "acquired leadership");
         self.metrics.set_leading(&self.config.name, true);
         let leader_token = shutdown.child_token();
-        let mut work = tokio::spawn(leader_work(leader_token.clone()));
-        let outcome = self.keep_renewing(shutdown, &mut work, on_new_leader).await;
+        let mut task = LeaderWorkTask(tokio::spawn(leader_work(leader_token.clone())));
+        let work = &mut task.0;
+        let outcome = self
+            .keep_renewing(shutdown, work, on_new_leader, &mut last_renew)
+            .await;
 
-        // Stop and drain the leader work before anyone else can take the lease.
+        // Stop the leader work before anyone else can take the lease.
         leader_token.cancel();
-        // When the work ended by itself its handle was already awaited in `keep_renewing`.
-        if outcome != ElectionOutcome::LeaderWorkEnded
-            && let Err(error) = (&mut work).await
-        {
-            tracing::error!(%error, "leader work panicked");
+        match outcome {
+            // Its handle was already awaited in `keep_renewing`.
+            ElectionOutcome::LeaderWorkEnded => {}
+            ElectionOutcome::Cancelled => {
+                // Shutdown: we still hold the lease, so keep renewing it while the work
+                // drains; the lease expiring meanwhile would let a successor overlap.
+                let never = CancellationToken::new();
+                let drained = self
+                    .keep_renewing(&never, work, on_new_leader, &mut last_renew)
+                    .await;
+                if drained == ElectionOutcome::LeadershipLost {
+                    self.stop_lost_work(work).await;
+                }
+            }
+            ElectionOutcome::LeadershipLost => self.stop_lost_work(work).await,
         }
         self.metrics.set_leading(&self.config.name, false);
-        match outcome {
-            ElectionOutcome::LeadershipLost => {
-                tracing::warn!(identity = %self.config.identity, "lost leadership: the lease was not renewed in time");
-            }
-            _ => tracing::info!(identity = %self.config.identity, ?outcome, "stopped leading"),
-        }
+        tracing::info!(identity = %self.config.identity, ?outcome, "stopped leading");
         if self.config.release_on_cancel {
             self.release().await;
         }
         outcome
     }
 
-    /// Tries every retry period (with jitter) until acquired (true) or shut down (false).
+    /// Tries every retry period (with jitter) until acquired or shut down. Returns when
+    /// the successful round started, which is where the renew deadline counts from.
     async fn acquire(
         &self,
         shutdown: &CancellationToken,
         on_new_leader: &(dyn Fn(&str) + Send + Sync),
-    ) -> bool {
+    ) -> Option<Instant> {
         loop {
             if shutdown.is_cancelled() {
-                return false;
+                return None;
             }
-            let acquired = self.try_acquire_or_renew().await;
+            let started = Instant::now();
+            let attempt = self
+                .try_acquire_or_renew(started + self.attempt_timeout())
+                .await;
             self.report_new_leader(on_new_leader);
-            if acquired {
-                return true;
+            if attempt == Attempt::Held {
+                return Some(started);
             }
             let jitter = rand::rng().random::<f64>()
                 * JITTER_FACTOR
                 * self.config.retry_period.as_secs_f64();
             let pause = self.config.retry_period + Duration::from_secs_f64(jitter);
             tokio::select! {
-                () = shutdown.cancelled() => return false,
+                () = shutdown.cancelled() => return None,
                 () = tokio::time::sleep(pause) => {}
             }
         }
     }
 
+    /// Renews every retry period until shutdown, the end of the work, or the loss of the
+    /// lease. `last_renew` is when the last successful round started: the record it wrote
+    /// is no older than that, so no other replica can see the lease expire before
+    /// `last_renew` + lease duration, and we give up at `last_renew` + renew deadline.
     async fn keep_renewing(
         &self,
         shutdown: &CancellationToken,
-        work: &mut tokio::task::JoinHandle<()>,
+        work: &mut JoinHandle<()>,
         on_new_leader: &(dyn Fn(&str) + Send + Sync),
+        last_renew: &mut Instant,
     ) -> ElectionOutcome {
         loop {
+            let deadline = *last_renew + self.config.renew_deadline;
+            // Clamped for a caller that comes back late in a term (the shutdown drain
+            // after a cancel amid failing renews): the deadline is never overslept.
+            let next = (Instant::now() + self.config.retry_period).min(deadline);
             tokio::select! {
                 () = shutdown.cancelled() => return ElectionOutcome::Cancelled,
                 result = &mut *work => {
-                    if let Err(error) = result {
-                        tracing::error!(%error, "leader work panicked");
-                    }
+                    log_work_result(result);
                     return ElectionOutcome::LeaderWorkEnded;
                 }
-                () = tokio::time::sleep(self.config.retry_period) => {}
+                () = tokio::time::sleep_until(next) => {}
             }
-            let deadline = Instant::now() + self.config.renew_deadline;
-            let renewed = loop {
-                if self.try_acquire_or_renew().await {
-                    break true;
+            loop {
+                let started = Instant::now();
+                if started >= deadline {
+                    tracing::warn!(
+                        identity = %self.config.identity,
+                        renew_deadline = ?self.config.renew_deadline,
+                        "lost leadership: no renew of the lease succeeded within the renew deadline"
+                    );
+                    return ElectionOutcome::LeadershipLost;
                 }
-                self.report_new_leader(on_new_leader);
-                if Instant::now() + self.config.retry_period > deadline {
-                    break false;
+                // Never past the deadline: the answer would come too late to keep leading.
+                let until = (started + self.attempt_timeout()).min(deadline);
+                match self.try_acquire_or_renew(until).await {
+                    Attempt::Held => {
+                        *last_renew = started;
+                        break;
+                    }
+                    Attempt::HeldByOther => {
+                        self.report_new_leader(on_new_leader);
+                        tracing::warn!(
+                            identity = %self.config.identity,
+                            holder = ?self.observed_holder(),
+                            "lost leadership: another replica holds the lease"
+                        );
+                        return ElectionOutcome::LeadershipLost;
+                    }
+                    Attempt::Failed => self.report_new_leader(on_new_leader),
                 }
+                let pause = (Instant::now() + self.config.retry_period).min(deadline);
                 tokio::select! {
                     () = shutdown.cancelled() => return ElectionOutcome::Cancelled,
-                    () = tokio::time::sleep(self.config.retry_period) => {}
+                    result = &mut *work => {
+                        log_work_result(result);
+                        return ElectionOutcome::LeaderWorkEnded;
+                    }
+                    () = tokio::time::sleep_until(pause) => {}
                 }
-            };
-            if !renewed {
-                return ElectionOutcome::LeadershipLost;
             }
         }
     }
 
-    /// One GET-then-PUT round. True when we hold the lease afterwards.
-    async fn try_acquire_or_renew(&self) -> bool {
+    /// Waits [`Self::stop_grace`] for the work of a lost leadership (its token is already
+    /// cancelled) to return, then aborts it: dropping it also drops its API calls in
+    /// flight, including the retries the client would otherwise go on sending.
+    async fn stop_lost_work(&self, work: &mut JoinHandle<()>) {
+        let grace = self.stop_grace();
+        match tokio::time::timeout(grace, &mut *work).await {
+            Ok(result) => log_work_result(result),
+            Err(_) => {
+                tracing::warn!(
+                    ?grace,
+                    "leader work did not stop within its grace after leadership was lost; aborting it"
+                );
+                work.abort();
+                log_work_result((&mut *work).await);
+            }
+        }
+    }
+
+    /// One GET-then-PUT round, abandoned at `until`.
+    async fn try_acquire_or_renew(&self, until: Instant) -> Attempt {
+        match tokio::time::timeout_at(until, self.acquire_or_renew_round()).await {
+            Ok(attempt) => attempt,
+            Err(_) => {
+                tracing::warn!(lease = %self.lock.describe(), "the leader election lease did not answer in time");
+                Attempt::Failed
+            }
+        }
+    }
+
+    async fn acquire_or_renew_round(&self) -> Attempt {
         let now = Timestamp::now();
         let mine = LeaderElectionRecord {
             holder_identity: self.config.identity.clone(),
@@ -322,19 +445,19 @@ impl LeaderElector {
             Ok(current) => current,
             Err(error) => {
                 tracing::warn!(%error, "reading the leader election lease failed");
-                return false;
+                return Attempt::Failed;
             }
         };
         let Some((record, lease)) = current else {
             return match self.lock.create(&mine).await {
                 Ok(lease) => {
                     self.remember(mine, lease);
-                    true
+                    Attempt::Held
                 }
-                Err(LeaseError::Conflict { .. }) => false,
+                Err(LeaseError::Conflict { .. }) => Attempt::Failed,
                 Err(error) => {
                     tracing::warn!(%error, "creating the leader election lease failed");
-                    false
+                    Attempt::Failed
                 }
             };
         };
@@ -352,7 +475,7 @@ impl LeaderElector {
                 && expires.is_some_and(|expires| expires > Instant::now())
         };
         if held_by_other {
-            return false;
+            return Attempt::HeldByOther;
         }
 
         let next = if record.holder_identity == self.config.identity {
@@ -370,12 +493,12 @@ impl LeaderElector {
         match self.lock.update(&lease, &next).await {
             Ok(lease) => {
                 self.remember(next, lease);
-                true
+                Attempt::Held
             }
-            Err(LeaseError::Conflict { .. }) => false,
+            Err(LeaseError::Conflict { .. }) => Attempt::Failed,
             Err(error) => {
                 tracing::warn!(%error, "updating the leader election lease failed");
-                false
+                Attempt::Failed
             }
         }
     }
@@ -413,8 +536,19 @@ impl LeaderElector {
         on_new_leader(&holder);
     }
 
-    /// Clears the holder if it is still us (GET, check, PUT with that resourceVersion).
+    /// Clears the holder if it is still us, within one attempt timeout: a server that does
+    /// not answer must not keep this replica from campaigning again.
     async fn release(&self) {
+        if tokio::time::timeout(self.attempt_timeout(), self.release_round())
+            .await
+            .is_err()
+        {
+            tracing::warn!(lease = %self.lock.describe(), "releasing the lease timed out; it will expire instead");
+        }
+    }
+
+    /// GET, check the holder is us, PUT with that resourceVersion.
+    async fn release_round(&self) {
         let (record, lease) = match self.lock.get().await {
             Ok(Some(current)) => current,
             Ok(None) => return,
@@ -443,6 +577,26 @@ impl LeaderElector {
                 tracing::warn!(%error, "releasing the lease failed; it will expire instead")
             }
         }
+    }
+}
+
+/// The leader work's task, aborted if the election run is dropped before it ends:
+/// nothing renews the lease any more then, so the work must not go on by itself.
+struct LeaderWorkTask(JoinHandle<()>);
+
+impl Drop for LeaderWorkTask {
+    fn drop(&mut self) {
+        // A no-op for a task that has already finished.
+        self.0.abort();
+    }
+}
+
+/// Logs a panic of the leader work; an abort is ours and was logged when it was made.
+fn log_work_result(result: Result<(), JoinError>) {
+    if let Err(error) = result
+        && error.is_panic()
+    {
+        tracing::error!(%error, "leader work panicked");
     }
 }
 
@@ -505,5 +659,27 @@ mod tests {
             ..config()
         };
         assert!(fractional.validate().is_err());
+        let beyond_the_lease_field = LeaderElectionConfig {
+            lease_duration: Duration::from_secs(u64::from(u32::MAX)),
+            ..config()
+        };
+        assert!(beyond_the_lease_field.validate().is_err());
+    }
+
+    #[tokio::test]
+    async fn lease_calls_get_half_the_renew_deadline_and_lost_work_half_the_margin() {
+        // Building a client spawns its request buffer, so this runs on a runtime.
+        let client = kube::Client::new(
+            tower::service_fn(|_request: http::Request<kube::client::Body>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                    Vec::new(),
+                )))
+            }),
+            "default",
+        );
+        let elector = LeaderElector::new(client, config(), &LeaderElectionMetrics::default())
+            .expect("defaults are valid");
+        assert_eq!(elector.attempt_timeout(), Duration::from_secs(5));
+        assert_eq!(elector.stop_grace(), Duration::from_millis(2500));
     }
 }

@@ -3,4 +3,5 @@
 mod caches;
 mod events;
 mod leader;
+mod leader_outage;
 mod support;

@@ -3,6 +3,7 @@
 mod alloc;
 mod caps;
 mod collect_e2e;
+mod collect_leader_faults;
 mod collect_ops;
 mod collect_s3_qps;
 mod collect_support;

@@ -406,7 +406,11 @@ impl MokkaController {
             status: coalescer,
         });
         *self.queue_depth.lock() = Some(Arc::clone(&queues));
-        let detach = routing::attach_leader_handlers(&context, &queues);
+        let mut term = Term {
+            controller: self,
+            detach: routing::attach_leader_handlers(&context, &queues),
+            queues: Arc::clone(&queues),
+        };
 
         let mut workers = JoinSet::new();
         for _ in 0..options.workers {
@@ -484,23 +488,13 @@ impl MokkaController {
         tracing::info!(workers = options.workers, "leader work running");
 
         cancel.cancelled().await;
-        self.leader_ready.store(false, Ordering::SeqCst);
-        self.readiness.set_leader_ready(false);
-        for detach in detach.into_iter().rev() {
-            detach();
-        }
-        queues.status.shutdown();
-        queues.inventories.shut_down();
-        queues.groups.shut_down();
-        queues.projections.shut_down();
-        queues.status_queue.shut_down();
+        term.stop_intake();
         while let Some(result) = workers.join_next().await {
             if let Err(error) = result {
                 tracing::error!(%error, "worker panicked");
             }
         }
-        *self.queue_depth.lock() = None;
-        *self.leading.lock() = false;
+        drop(term);
         tracing::info!("leader work drained");
         Ok(())
     }
@@ -568,6 +562,41 @@ impl MokkaController {
             Ok(result) => result,
             Err(_) => Err(ControllerError::CachesStoppedBeforeSync),
         }
+    }
+}
+
+/// One leadership term's wiring. Dropping it undoes whatever is still in place, so a
+/// term whose work is aborted (the elector aborts leader work that outlives a lost
+/// lease) leaves no handler attached to the caches, no queue open and no flag saying
+/// that this replica leads or that leader work is running.
+struct Term<'a> {
+    controller: &'a MokkaController,
+    detach: Vec<routing::Detach>,
+    queues: Arc<Queues>,
+}
+
+impl Term<'_> {
+    /// No new work: leader readiness off, handlers detached in reverse order, queues
+    /// shut down (workers finish the key they hold and then see the end). Idempotent.
+    fn stop_intake(&mut self) {
+        self.controller.leader_ready.store(false, Ordering::SeqCst);
+        self.controller.readiness.set_leader_ready(false);
+        while let Some(detach) = self.detach.pop() {
+            detach();
+        }
+        self.queues.status.shutdown();
+        self.queues.inventories.shut_down();
+        self.queues.groups.shut_down();
+        self.queues.projections.shut_down();
+        self.queues.status_queue.shut_down();
+    }
+}
+
+impl Drop for Term<'_> {
+    fn drop(&mut self) {
+        self.stop_intake();
+        *self.controller.queue_depth.lock() = None;
+        *self.controller.leading.lock() = false;
     }
 }
 

@@ -5,5 +5,6 @@ mod examples;
 mod mokka_e2e;
 mod mokka_faults;
 mod mokka_features;
+mod mokka_leader_faults;
 mod mokka_logs;
 mod node_api_reviews;

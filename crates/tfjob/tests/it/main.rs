@@ -8,3 +8,4 @@ mod referee_e2e;
 mod support;
 mod tfjob_e2e;
 mod tfjob_faults;
+mod tfjob_leader_faults;

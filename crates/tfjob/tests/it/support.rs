@@ -52,6 +52,21 @@ impl TestCluster {
             .expect("a kube-sim-only test ran on the real lane")
     }
 
+    /// Runs the operators started from now on over kube-sim's loopback socket,
+    /// the client stack of a deployed operator (kube's retry layer included),
+    /// instead of in-process. kube-sim only.
+    pub fn operator_on_loopback(&mut self) {
+        self.operator_client = self
+            .sim()
+            .http_client()
+            .expect("kube-sim's loopback client");
+    }
+
+    /// The namespace of the operator's Lease (named after [`Self::namespace`]).
+    pub fn lease_namespace(&self) -> &str {
+        &self.lease_namespace
+    }
+
     /// kube-sim on its lane, `None` on the real lane: for an extra check
     /// of an end-to-end test that only kube-sim can show (its request
     /// counters).
@@ -204,6 +219,8 @@ pub struct RunningOperator {
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     registry: controller_kit::MetricsRegistry,
+    /// The replica's role and whether its workers run.
+    pub readiness: controller_kit::Readiness,
 }
 
 impl RunningOperator {
@@ -281,6 +298,7 @@ pub async fn start_operator_with(
         shutdown,
         task,
         registry,
+        readiness,
     }
 }
 

@@ -26,6 +26,10 @@ use tokio_util::sync::CancellationToken;
 /// Where replicas hold their Lease (deploy/mokka's namespace).
 pub const LEASE_NAMESPACE: &str = "mokka-system";
 pub const LEASE_NAME: &str = "mokka-e2e.mokka.nvidia.com";
+/// The replicas' election timing: short, so handovers take seconds.
+pub const LEASE_DURATION: Duration = Duration::from_secs(3);
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(2);
+pub const RETRY_PERIOD: Duration = Duration::from_millis(500);
 /// Every test Node carries it; the real lane's clean-up selects by it.
 pub const TEST_NODE_LABEL: &str = "mokka-e2e";
 /// The Node a static bearer token speaks for on both lanes (the real lane's
@@ -456,9 +460,9 @@ impl Cluster {
         );
         let mut election = LeaderElectionConfig::new(LEASE_NAMESPACE, LEASE_NAME);
         election.identity = identity.to_string();
-        election.lease_duration = Duration::from_secs(3);
-        election.renew_deadline = Duration::from_secs(2);
-        election.retry_period = Duration::from_millis(500);
+        election.lease_duration = LEASE_DURATION;
+        election.renew_deadline = RENEW_DEADLINE;
+        election.retry_period = RETRY_PERIOD;
         let shutdown = CancellationToken::new();
         let task = {
             let controller = Arc::clone(&controller);
