@@ -18,3 +18,31 @@ impl ConfigError {
         }
     }
 }
+
+/// Whether `error` is the API server's answer with HTTP status `code`
+/// (404 gone, 409 conflict, ...), as the controllers branch on it.
+pub fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_api_answer_with_that_code_is_that_status() {
+        let answer = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("gone", "NotFound")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(is_status(&answer(404), 404));
+        assert!(!is_status(&answer(409), 404));
+        assert!(!is_status(
+            &kube::Error::LinesCodecMaxLineLengthExceeded,
+            404
+        ));
+    }
+}

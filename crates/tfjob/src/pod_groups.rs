@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::api::{PodGroupApi, PodGroupObject, SchedulerPlugins, Volcano};
 use crate::plan::gang::{GangScheduler, GangSnapshot, ObservedPodGroup};
 use crate::plan::names;
+use controller_kit::error::is_status;
 
 /// The cached PodGroups of the gang scheduler in use.
 #[derive(Clone)]
@@ -101,10 +102,6 @@ pub struct PodGroupError {
     pub name: String,
     #[source]
     pub source: kube::Error,
-}
-
-fn is_status(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
 /// The PodGroup writes, for the API of one scheduler.

@@ -25,6 +25,7 @@ use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
 use crate::events::EventQueue;
 use crate::plan::{self, ChildAction, EventType, PlanConfig, PlannedEvent, conditions, names};
 use crate::pod_groups::{self, PodGroupStore, PodGroupWrite};
+use controller_kit::error::is_status;
 
 /// Child writes of one pass in flight at once; bounded so one big job
 /// does not flood the API server.
@@ -354,10 +355,6 @@ fn job_reference(object: &TFJobObject) -> ObjectReference {
         resource_version: object.metadata.resource_version.clone(),
         ..ObjectReference::default()
     }
-}
-
-fn is_status(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
 /// How one kind of child is named in events, messages and metrics.

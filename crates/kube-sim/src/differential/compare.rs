@@ -263,6 +263,7 @@ mod tests {
             status: None,
             headers: vec![],
             request_headers: BTreeMap::new(),
+            repeat: None,
         }
     }
 

@@ -153,6 +153,11 @@ pub struct Step {
     /// Extra request headers (for example an `upgrade` offer).
     #[serde(default)]
     pub request_headers: BTreeMap<String, String>,
+    /// Send a JSON-array `body` with its items repeated this many times in
+    /// order: the large JSON patches of the patch-limit scenarios, which
+    /// no one would write out.
+    #[serde(default)]
+    pub repeat: Option<usize>,
 }
 
 /// A difference kept on purpose, matched by scenario name.
@@ -263,6 +268,11 @@ impl Corpus {
                         "step {index}: method {:?} is none of {}",
                         step.method,
                         known.join(", ")
+                    )));
+                }
+                if step.repeat.is_some() && !step.body.as_ref().is_some_and(Value::is_array) {
+                    return Err(invalid(format!(
+                        "step {index}: repeat needs a body that is a list"
                     )));
                 }
                 if step.body.is_some() && step.body_text.is_some() {

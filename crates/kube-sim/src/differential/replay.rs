@@ -92,7 +92,17 @@ async fn request(
     vars: &BTreeMap<String, String>,
 ) -> Result<Recorded, String> {
     let protobuf = step.content_type.as_deref() == Some(crate::protobuf::CONTENT_TYPE);
-    let body = match (&step.body, &step.body_text) {
+    let repeated = step.body.as_ref().and_then(|body| {
+        let times = step.repeat?;
+        let items = body.as_array()?;
+        Some(Value::Array(
+            std::iter::repeat_n(items, times)
+                .flatten()
+                .cloned()
+                .collect(),
+        ))
+    });
+    let body = match (repeated.as_ref().or(step.body.as_ref()), &step.body_text) {
         // A protobuf step writes its body as JSON; it is encoded here.
         (Some(body), _) if protobuf => crate::protobuf::encode_object(&substitute_json(body, vars))
             .map_err(|e| format!("encoding the body as protobuf: {e}"))?,

@@ -22,14 +22,11 @@ use crate::plan::projection::{
     released_keys, verify_applied,
 };
 use crate::plan::rack::owner_matches_inventory_ref;
+use controller_kit::error::is_status;
 
 fn apply_params() -> PatchParams {
     // Never forced: a key another manager owns must stay theirs.
     PatchParams::apply(FIELD_MANAGER)
-}
-
-fn is_status(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
 pub(crate) async fn reconcile_node(

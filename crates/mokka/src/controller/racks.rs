@@ -30,6 +30,7 @@ use crate::plan::rack::{
     FINALIZER_INVENTORY_CLEANUP, FINALIZER_RACK_CLEANUP, LABEL_INVENTORY, controller_owner,
     is_label_value, is_owned_by, merge_rack,
 };
+use controller_kit::error::is_status;
 
 /// Optimistic-concurrency retries: 5 attempts, 10 ms apart.
 const CONFLICT_RETRIES: usize = 5;
@@ -71,10 +72,6 @@ fn post_params() -> PostParams {
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.to_string()),
     }
-}
-
-fn is_status(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
 /// Whether only our field manager owns the rack spec (operation Apply or
