@@ -15,6 +15,7 @@ pub mod coalescer;
 pub mod controller;
 pub mod error;
 pub mod events;
+pub mod go_duration;
 pub mod leader;
 pub mod manager;
 pub mod metrics;

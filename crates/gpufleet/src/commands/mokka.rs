@@ -125,46 +125,12 @@ pub struct RunArgs {
     pub ui: Option<String>,
 }
 
-/// A Go duration ("1m30s", "100ms", "-1s"), in nanoseconds.
+/// A Go duration ("1m30s", "100ms", "-1s"), in nanoseconds, by the
+/// workspace's one Go-duration grammar (`controller_kit::go_duration`).
 pub fn parse_go_duration(text: &str) -> Result<i128, String> {
-    let original = text;
-    let (negative, mut rest) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest == "0" {
-        return Ok(0);
-    }
-    if rest.is_empty() {
-        return Err(format!("invalid duration {original:?}"));
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {original:?}"))?;
-        let (number, tail) = rest.split_at(number_end);
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("invalid duration {original:?}"))?;
-        let unit_end = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_end);
-        let scale = match unit {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(format!("unknown unit {unit:?} in duration {original:?}")),
-        };
-        total += value * scale;
-        rest = tail;
-    }
-    let nanos = total.round() as i128;
-    Ok(if negative { -nanos } else { nanos })
+    controller_kit::go_duration::parse(text).ok_or_else(|| {
+        format!("invalid duration {text:?}: use a Go duration such as 1m30s, 500ms or -1s")
+    })
 }
 
 /// The validated configuration of one replica.

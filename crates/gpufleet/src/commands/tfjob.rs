@@ -142,40 +142,14 @@ fn parse_bind_address(text: &str) -> Result<SocketAddr, String> {
 }
 
 /// A Go duration as tf-operator's flags take them: `12h`, `1h30m`, `90s`,
-/// `500ms`.
+/// `500ms` (the workspace's one grammar, `controller_kit::go_duration`);
+/// negative ones mean nothing here.
 fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?} is not a duration such as 12h, 1h30m, 90s or 500ms");
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        if digits == 0 {
-            return Err(bad());
-        }
-        let (number, tail) = rest.split_at(digits);
-        let number: f64 = number.parse().map_err(|_| bad())?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let seconds = match unit {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 0.001,
-            "us" | "µs" => 0.000_001,
-            "ns" => 0.000_000_001,
-            _ => return Err(bad()),
-        };
-        total += Duration::try_from_secs_f64(number * seconds).map_err(|_| bad())?;
-        rest = tail;
-    }
-    Ok(total)
+    let nanos = controller_kit::go_duration::parse(text).ok_or_else(bad)?;
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| bad())
 }
 
 /// Go's flag package takes `-name` and `-name=value` as long options;
