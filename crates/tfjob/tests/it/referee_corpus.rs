@@ -1,14 +1,19 @@
 //! The TFJob scenario corpus, replayed through both operators: ours and
 //! the referee (Kubeflow training-operator v1.9.3, unmodified; see
 //! referee_e2e.rs), each on a fresh kube-sim with the same Node, the same
-//! TFJob and the same simulated containers. What each leaves behind is
-//! compared after the namespace is normalised: pods and Services (labels,
-//! selectors, ports, `TF_CONFIG` byte for byte, restartPolicy, owner),
-//! the job's conditions (type, status, reason, message), replicaStatuses,
-//! whether start and completion times are set, and which Events there are
-//! (reason and message). Every difference must be listed in [`KNOWN`]
-//! with its reason; the table is printed (`--nocapture`) and kept in
-//! docs/tfjob-referee.md.
+//! TFJob and the same simulated containers; a scenario may act on the job
+//! while it runs ([`Action`]: delete the job or a pod, resume a suspended
+//! job). What each leaves behind is compared after the namespace is
+//! normalised: whether the job is still there, what became of the action,
+//! pods and Services (labels, selectors, ports, `TF_CONFIG` byte for byte,
+//! restartPolicy, owner), the job's conditions (type, status, reason,
+//! message) in the order stored, which is the order of their last
+//! transitions, replicaStatuses, whether start and completion times are
+//! set, and which Events there are (reason and message). Every difference
+//! must be listed in [`KNOWN`] with its reason; the agreement table
+//! (scenario, identical/explained/unexplained, differences, reasons) is
+//! printed to stdout (`cargo test -p tfjob --test it referee_corpus --
+//! --nocapture`) and kept in docs/tfjob-referee.md.
 //!
 //! kube-sim lane only: the referee's certificate directory is fixed, so
 //! one referee runs at a time, and the real lane's shared cluster would
@@ -18,19 +23,48 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod, Service};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::referee_e2e::start_referee;
 use crate::support::{TestCluster, replica, replica_with, start_operator, test_cluster};
 
-/// One TFJob and how long it may take to settle.
+/// One TFJob, what is done to it while it runs, and how long it may take
+/// to settle.
 struct Scenario {
     name: &'static str,
     spec: Value,
-    /// The condition that ends the run (`None`: run for the whole limit).
-    ends_with: Option<&'static str>,
+    /// Done by [`run`] once, before it waits for the end.
+    action: Action,
+    /// What ends the run.
+    ends_with: End,
+    /// For the action and the end together.
     limit: Duration,
+}
+
+/// What the test does to a job while it runs, as a user or a queue would.
+#[derive(Clone, Copy, Debug)]
+enum Action {
+    Nothing,
+    /// Delete the TFJob (background propagation, as kubectl does) once
+    /// it is Running and every pod of the namespace runs.
+    DeleteJobWhenRunning,
+    /// Delete this pod (default grace) once it runs.
+    DeletePodWhenRunning(&'static str),
+    /// Merge-patch `spec.runPolicy.suspend` to false this long after the
+    /// create.
+    ResumeAfter(Duration),
+}
+
+/// When a run has reached its end.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    /// The job has this condition True.
+    Condition(&'static str),
+    /// The job is gone from the API server.
+    JobGone,
+    /// Nothing ends it: it runs for the whole limit.
+    Limit,
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -54,25 +88,29 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "two workers exit 0",
             spec: json!({"tfReplicaSpecs": {"Worker": replica(2, Some("1"), 0)}}),
-            ends_with: Some("Succeeded"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Succeeded"),
             limit: secs(40),
         },
         Scenario {
             name: "a chief and a worker, the chief exits 0",
             spec: json!({"tfReplicaSpecs": {"Chief": replica(1, Some("1"), 0), "Worker": replica(1, None, 0)}}),
-            ends_with: Some("Succeeded"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Succeeded"),
             limit: secs(40),
         },
         Scenario {
             name: "successPolicy AllWorkers",
             spec: all_workers,
-            ends_with: Some("Succeeded"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Succeeded"),
             limit: secs(40),
         },
         Scenario {
             name: "a worker exits 1 under restartPolicy Never",
             spec: json!({"tfReplicaSpecs": {"Worker": finishing("1", 1, "Never")}}),
-            ends_with: Some("Failed"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Failed"),
             limit: secs(40),
         },
         Scenario {
@@ -81,13 +119,15 @@ fn scenarios() -> Vec<Scenario> {
                 json!({"Worker": finishing("1", 1, "OnFailure")}),
                 json!({"backoffLimit": 1}),
             ),
-            ends_with: Some("Failed"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Failed"),
             limit: secs(60),
         },
         Scenario {
             name: "ExitCode with exit 1 is permanent",
             spec: json!({"tfReplicaSpecs": {"Worker": finishing("1", 1, "ExitCode")}}),
-            ends_with: Some("Failed"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Failed"),
             limit: secs(40),
         },
         Scenario {
@@ -96,7 +136,8 @@ fn scenarios() -> Vec<Scenario> {
                 json!({"Worker": finishing("1", 137, "ExitCode")}),
                 json!({"backoffLimit": 1}),
             ),
-            ends_with: Some("Failed"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Failed"),
             limit: secs(60),
         },
         Scenario {
@@ -105,25 +146,29 @@ fn scenarios() -> Vec<Scenario> {
                 json!({"Worker": replica(1, None, 0)}),
                 json!({"activeDeadlineSeconds": 3}),
             ),
-            ends_with: Some("Failed"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Failed"),
             limit: secs(40),
         },
         Scenario {
             name: "cleanPodPolicy All",
             spec: with_run_policy(ps_and_worker.clone(), json!({"cleanPodPolicy": "All"})),
-            ends_with: Some("Succeeded"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Succeeded"),
             limit: secs(40),
         },
         Scenario {
             name: "cleanPodPolicy Running",
             spec: with_run_policy(ps_and_worker.clone(), json!({"cleanPodPolicy": "Running"})),
-            ends_with: Some("Succeeded"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Succeeded"),
             limit: secs(40),
         },
         Scenario {
             name: "cleanPodPolicy None",
             spec: with_run_policy(ps_and_worker, json!({"cleanPodPolicy": "None"})),
-            ends_with: Some("Succeeded"),
+            action: Action::Nothing,
+            ends_with: End::Condition("Succeeded"),
             limit: secs(40),
         },
         Scenario {
@@ -132,19 +177,59 @@ fn scenarios() -> Vec<Scenario> {
                 json!({"Worker": replica(1, Some("1"), 0)}),
                 json!({"suspend": true}),
             ),
-            ends_with: None,
+            action: Action::Nothing,
+            ends_with: End::Limit,
             limit: secs(6),
         },
         Scenario {
             name: "no container named tensorflow",
             spec: json!({"tfReplicaSpecs": {"Worker": no_tensorflow}}),
-            ends_with: None,
+            action: Action::Nothing,
+            ends_with: End::Limit,
             limit: secs(6),
+        },
+        Scenario {
+            name: "the job deleted while its pods run",
+            spec: json!({"tfReplicaSpecs": {
+                "PS": replica(1, None, 0),
+                "Worker": replica(2, None, 0),
+            }}),
+            action: Action::DeleteJobWhenRunning,
+            ends_with: End::JobGone,
+            limit: secs(40),
+        },
+        Scenario {
+            name: "worker 0 deleted by hand while it runs",
+            spec: json!({"tfReplicaSpecs": {"Worker": replica(2, Some("4"), 0)}}),
+            action: Action::DeletePodWhenRunning("job-worker-0"),
+            ends_with: End::Condition("Succeeded"),
+            limit: secs(40),
+        },
+        Scenario {
+            name: "ttlSecondsAfterFinished 2 on a job that succeeds",
+            spec: with_run_policy(
+                json!({"Worker": replica(2, Some("1"), 0)}),
+                json!({"ttlSecondsAfterFinished": 2}),
+            ),
+            action: Action::Nothing,
+            ends_with: End::JobGone,
+            limit: secs(40),
+        },
+        Scenario {
+            name: "suspended, resumed after 3 s, runs to Succeeded",
+            spec: with_run_policy(
+                json!({"Worker": replica(2, Some("1"), 0)}),
+                json!({"suspend": true}),
+            ),
+            action: Action::ResumeAfter(secs(3)),
+            ends_with: End::Condition("Succeeded"),
+            limit: secs(40),
         },
     ]
 }
 
 const SHORT_LABELS: &str = "ours keeps tf-operator's short labels (group-name, job-name, job-role, replica-index, replica-type) beside v1.9's training.kubeflow.org/* set on pods and Services: its watches select group-name server-side and tf-operator-era children stay adoptable (crates/tfjob/README.md)";
+const DELETED_POD: &str = "ours re-creates a pod deleted by hand under the same name and the job goes on (crates/tfjob/README.md, pinned by tfjob_e2e::core::a_deleted_pod_is_recreated_under_the_same_name); training-operator counts a Running pod with a deletionTimestamp as failed (pkg/core/status.go UpdateJobReplicaStatuses) and so fails the job (restartPolicy Never here) with \"has failed because 1 Worker replica(s) failed\", re-creating nothing";
 const REPLICA_SELECTORS: &str = "ours fills ReplicaStatus's selector and labelSelector, which v1.9 declares but leaves empty for TFJob";
 
 /// Whether `text` starts with `pattern`, where `*` stands for any run of
@@ -225,6 +310,56 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "ours writes an empty replicaStatuses map where training-operator leaves the field out",
     ),
     (
+        "worker 0 deleted by hand while it runs",
+        "/action/",
+        DELETED_POD,
+    ),
+    (
+        "worker 0 deleted by hand while it runs",
+        "/reached its end:",
+        DELETED_POD,
+    ),
+    (
+        "worker 0 deleted by hand while it runs",
+        "/conditions/2/",
+        DELETED_POD,
+    ),
+    (
+        "worker 0 deleted by hand while it runs",
+        "/events/TFJobFailed:",
+        DELETED_POD,
+    ),
+    (
+        "worker 0 deleted by hand while it runs",
+        "/events/TFJobSucceeded:",
+        DELETED_POD,
+    ),
+    (
+        "worker 0 deleted by hand while it runs",
+        "/pods/job-worker-0:",
+        DELETED_POD,
+    ),
+    (
+        "worker 0 deleted by hand while it runs",
+        "/replicaStatuses/Worker/active:",
+        DELETED_POD,
+    ),
+    (
+        "worker 0 deleted by hand while it runs",
+        "/replicaStatuses/Worker/failed:",
+        DELETED_POD,
+    ),
+    (
+        "worker 0 deleted by hand while it runs",
+        "/replicaStatuses/Worker/succeeded:",
+        DELETED_POD,
+    ),
+    (
+        "ttlSecondsAfterFinished 2 on a job that succeeds",
+        "/events/FailedDeleteJob:",
+        "upstream defect: training-operator's TTL clean-up deletes the expired job again from a cache that still holds it and reports the 404 as a FailedDeleteJob Warning (its DeleteJob has no NotFound case), by timing; ours deletes once, with a UID precondition",
+    ),
+    (
         "no container named tensorflow",
         "/",
         "ours ships no admission webhook: the API server stores the job and ours fails it with InvalidTFJobSpec, as tf-operator did; training-operator's webhook refuses the create",
@@ -290,14 +425,7 @@ async fn run(scenario: &Scenario, operator: Operator) -> Value {
         "metadata": {"name": "job", "namespace": cluster.namespace},
         "spec": scenario.spec,
     });
-    let jobs: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        cluster.client.clone(),
-        &cluster.namespace,
-        &kube::core::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("kubeflow.org", "v1", "TFJob"),
-            "tfjobs",
-        ),
-    );
+    let jobs = tfjobs_api(&cluster);
     let created = jobs
         .create(
             &PostParams::default(),
@@ -310,28 +438,32 @@ async fn run(scenario: &Scenario, operator: Operator) -> Value {
         Ok(_) => None,
     };
     let mut ended = false;
+    let mut outcome = Outcome::default();
     if refused.is_none() {
-        let deadline = tokio::time::Instant::now() + scenario.limit;
+        let started = tokio::time::Instant::now();
+        let deadline = started + scenario.limit;
         while tokio::time::Instant::now() < deadline {
-            if let (Some(wanted), Ok(current)) = (scenario.ends_with, jobs.get("job").await) {
-                let conditions = current.data["status"]["conditions"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-                if conditions
-                    .iter()
-                    .any(|c| c["type"] == wanted && c["status"] == "True")
-                {
-                    ended = true;
-                    break;
-                }
+            if !outcome.done {
+                act(&cluster, &jobs, scenario.action, started, &mut outcome).await;
+            }
+            if outcome.done && has_ended(&jobs, scenario.ends_with).await {
+                ended = true;
+                break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        // What follows the end (clean-up, Events) settles.
+        // What follows the end (clean-up, garbage collection, Events)
+        // settles.
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    let left = snapshot(&cluster, refused, ended || scenario.ends_with.is_none()).await;
+    let left = snapshot(
+        &cluster,
+        refused,
+        ended || matches!(scenario.ends_with, End::Limit),
+        scenario.action,
+        &outcome,
+    )
+    .await;
     if let Some(ours) = ours {
         ours.stop().await;
     }
@@ -339,19 +471,134 @@ async fn run(scenario: &Scenario, operator: Operator) -> Value {
     left
 }
 
-async fn snapshot(cluster: &TestCluster, refused: Option<String>, ended: bool) -> Value {
-    let ns = &cluster.namespace;
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
-    let services: Api<Service> = Api::namespaced(cluster.client.clone(), ns);
-    let events: Api<Event> = Api::namespaced(cluster.client.clone(), ns);
-    let jobs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+/// What [`act`] did.
+#[derive(Default)]
+struct Outcome {
+    /// The action is done (at once for [`Action::Nothing`]).
+    done: bool,
+    /// The UID of the pod [`Action::DeletePodWhenRunning`] deleted.
+    deleted_uid: Option<String>,
+}
+
+fn tfjobs_api(cluster: &TestCluster) -> Api<kube::api::DynamicObject> {
+    Api::namespaced_with(
         cluster.client.clone(),
-        ns,
+        &cluster.namespace,
         &kube::core::ApiResource::from_gvk_with_plural(
             &kube::core::GroupVersionKind::gvk("kubeflow.org", "v1", "TFJob"),
             "tfjobs",
         ),
-    );
+    )
+}
+
+fn condition_true(job: &kube::api::DynamicObject, wanted: &str) -> bool {
+    job.data["status"]["conditions"]
+        .as_array()
+        .is_some_and(|all| {
+            all.iter()
+                .any(|c| c["type"] == wanted && c["status"] == "True")
+        })
+}
+
+/// Does `action` if its moment has come; marks `outcome` done once it is.
+async fn act(
+    cluster: &TestCluster,
+    jobs: &Api<kube::api::DynamicObject>,
+    action: Action,
+    started: tokio::time::Instant,
+    outcome: &mut Outcome,
+) {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    match action {
+        Action::Nothing => outcome.done = true,
+        Action::DeleteJobWhenRunning => {
+            let Ok(job) = jobs.get("job").await else {
+                return;
+            };
+            let all = pods.list(&ListParams::default()).await.unwrap().items;
+            let running =
+                |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            if condition_true(&job, "Running") && !all.is_empty() && all.iter().all(running) {
+                jobs.delete("job", &DeleteParams::background())
+                    .await
+                    .unwrap();
+                outcome.done = true;
+            }
+        }
+        Action::DeletePodWhenRunning(name) => {
+            let Some(pod) = pods.get_opt(name).await.unwrap() else {
+                return;
+            };
+            if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                pods.delete(name, &DeleteParams::default()).await.unwrap();
+                outcome.deleted_uid = pod.metadata.uid;
+                outcome.done = true;
+            }
+        }
+        Action::ResumeAfter(after) => {
+            if started.elapsed() >= after {
+                jobs.patch(
+                    "job",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"runPolicy": {"suspend": false}}})),
+                )
+                .await
+                .unwrap();
+                outcome.done = true;
+            }
+        }
+    }
+}
+
+async fn has_ended(jobs: &Api<kube::api::DynamicObject>, end: End) -> bool {
+    match end {
+        End::Condition(wanted) => jobs
+            .get("job")
+            .await
+            .is_ok_and(|job| condition_true(&job, wanted)),
+        End::JobGone => matches!(jobs.get_opt("job").await, Ok(None)),
+        End::Limit => false,
+    }
+}
+
+/// What became of the action: done or not, and for a deleted pod whether
+/// one of that name is there again (another UID) and in which phase.
+async fn action_view(cluster: &TestCluster, action: Action, outcome: &Outcome) -> Value {
+    let done = if outcome.done { "done" } else { "not done" };
+    match action {
+        Action::Nothing => Value::Null,
+        Action::DeleteJobWhenRunning | Action::ResumeAfter(_) => json!(done),
+        Action::DeletePodWhenRunning(name) => {
+            let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+            let now = pods.get_opt(name).await.unwrap();
+            let again = match &now {
+                None => "no pod of that name",
+                Some(p) if p.metadata.uid == outcome.deleted_uid => {
+                    "the deleted pod is still there"
+                }
+                Some(_) => "re-created",
+            };
+            json!({
+                "action": done,
+                "afterwards": again,
+                "phase": now.and_then(|p| p.status).and_then(|s| s.phase),
+            })
+        }
+    }
+}
+
+async fn snapshot(
+    cluster: &TestCluster,
+    refused: Option<String>,
+    ended: bool,
+    action: Action,
+    outcome: &Outcome,
+) -> Value {
+    let ns = &cluster.namespace;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let services: Api<Service> = Api::namespaced(cluster.client.clone(), ns);
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), ns);
+    let jobs = tfjobs_api(cluster);
     let lp = ListParams::default();
     let pod_map: BTreeMap<String, Value> = pods
         .list(&lp)
@@ -385,10 +632,10 @@ async fn snapshot(cluster: &TestCluster, refused: Option<String>, ended: bool) -
         );
         event_counts.insert(key, true);
     }
-    let status = jobs
-        .get_opt("job")
-        .await
-        .unwrap()
+    // A deleted job (by the test or by its TTL) is recorded as gone.
+    let job = jobs.get_opt("job").await.unwrap();
+    let status = job
+        .as_ref()
         .map(|j| j.data["status"].clone())
         .unwrap_or(Value::Null);
     let conditions: Vec<Value> = status["conditions"]
@@ -401,6 +648,8 @@ async fn snapshot(cluster: &TestCluster, refused: Option<String>, ended: bool) -
     let view = json!({
         "refused": refused,
         "reached its end": ended,
+        "job": if job.is_some() { "there" } else { "gone" },
+        "action": action_view(cluster, action, outcome).await,
         "pods": pod_map,
         "services": service_map,
         "conditions": conditions,
@@ -443,34 +692,65 @@ async fn the_scenario_corpus_through_both_operators_agrees_or_differs_for_a_list
     if kube_sim::lane::Lane::from_env().unwrap().is_real() {
         return; // kube-sim lane only (see the module's comment); not an e2e module
     }
-    let mut table = String::from("| scenario | result | differences |\n|---|---|---|\n");
+    // GPUFLEET_CORPUS_ONLY=<text> replays only the scenarios whose name
+    // contains it (to look at one while changing it).
+    let only = std::env::var("GPUFLEET_CORPUS_ONLY").unwrap_or_default();
+    let mut table =
+        String::from("| scenario | result | differences | reasons |\n|---|---|---|---|\n");
     let mut unexplained = Vec::new();
-    for scenario in scenarios() {
+    let mut counts = BTreeMap::<&str, usize>::new();
+    for scenario in scenarios().into_iter().filter(|s| s.name.contains(&only)) {
         let ours = run(&scenario, Operator::Ours).await;
         let referee = run(&scenario, Operator::Referee).await;
         let mut found = Vec::new();
         differences("", &ours, &referee, &mut found);
-        let (explained, open): (Vec<&String>, Vec<&String>) = found.iter().partition(|d| {
-            KNOWN
-                .iter()
-                .any(|(s, prefix, _)| (*s == "*" || *s == scenario.name) && starts_like(d, prefix))
-        });
-        let result = match (open.is_empty(), explained.is_empty()) {
+        let mut reasons: Vec<&str> = Vec::new();
+        let mut open = Vec::new();
+        for difference in &found {
+            let known = KNOWN.iter().find(|(s, prefix, _)| {
+                (*s == "*" || *s == scenario.name) && starts_like(difference, prefix)
+            });
+            match known {
+                Some((_, _, why)) if !reasons.contains(why) => reasons.push(why),
+                Some(_) => {}
+                None => open.push(difference.clone()),
+            }
+        }
+        let result = match (open.is_empty(), found.is_empty()) {
             (true, true) => "identical",
             (true, false) => "explained",
-            (false, _) => "DIFFERING",
+            (false, _) => "unexplained",
         };
-        table.push_str(&format!(
-            "| {} | {result} | {} |\n",
-            scenario.name,
-            found
+        *counts.entry(result).or_default() += 1;
+        let cell = |items: Vec<String>| {
+            items
                 .iter()
                 .map(|d| d.replace('|', "\\|"))
                 .collect::<Vec<_>>()
                 .join("<br>")
-        ));
+        };
+        let mut why = reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>();
+        if !open.is_empty() {
+            why.push(format!("UNEXPLAINED: {}", open.join("; ")));
+        }
+        let row = format!(
+            "| {} | {result} | {} | {} |\n",
+            scenario.name,
+            cell(found.clone()),
+            cell(why)
+        );
+        // Progress (the whole corpus takes minutes); the table follows.
+        eprintln!("corpus: {}: {result}", scenario.name);
+        table.push_str(&row);
         unexplained.extend(open.into_iter().map(|d| format!("{}: {d}", scenario.name)));
     }
+    table.push_str(&format!(
+        "\n{} scenarios: {} identical, {} explained, {} unexplained\n",
+        counts.values().sum::<usize>(),
+        counts.get("identical").unwrap_or(&0),
+        counts.get("explained").unwrap_or(&0),
+        counts.get("unexplained").unwrap_or(&0),
+    ));
     println!("{table}");
     assert!(
         unexplained.is_empty(),
