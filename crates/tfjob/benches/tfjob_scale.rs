@@ -224,7 +224,7 @@ fn operator_client(url: &str, counts: &Counts, limit: Option<(f64, u32)>) -> kub
     // released it (the same bucket `gpufleet tfjob --qps --burst` uses).
     match limit {
         Some((qps, burst)) => builder
-            .with_layer(&gpuid::collect::client::RateLimitLayer::new(qps, burst))
+            .with_layer(&controller_kit::RateLimitLayer::new(qps, burst))
             .with_layer(&CountLayer(Arc::clone(counts)))
             .build(),
         None => builder.with_layer(&CountLayer(Arc::clone(counts))).build(),

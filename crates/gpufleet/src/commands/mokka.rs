@@ -373,7 +373,7 @@ async fn client(config: &Config) -> anyhow::Result<kube::Client> {
         http::HeaderValue::from_static("mokka-control-plane"),
     ));
     // client-go's --kube-api-qps/--kube-api-burst: gpuid's token bucket.
-    gpuid::collect::client::rate_limited_client(kube_config, config.qps, config.burst)
+    controller_kit::rate_limited_client(kube_config, config.qps, config.burst)
         .context("building the Kubernetes client")
 }
 

@@ -264,7 +264,7 @@ async fn client(args: &RunArgs) -> anyhow::Result<kube::Client> {
     }
     // The same client-go token bucket gpuid's collector uses.
     if args.qps > 0.0 {
-        gpuid::collect::client::rate_limited_client(config, args.qps, args.burst)
+        controller_kit::rate_limited_client(config, args.qps, args.burst)
             .context("building the Kubernetes client")
     } else {
         kube::Client::try_from(config).context("building the Kubernetes client")

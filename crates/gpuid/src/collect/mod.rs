@@ -31,7 +31,6 @@
 //!   (which pods are collectable), [`settings`].
 
 pub mod ack;
-pub mod client;
 pub mod collector;
 pub mod exec;
 pub mod metrics;
@@ -42,7 +41,6 @@ pub mod serve;
 pub mod settings;
 pub mod sink;
 
-pub use client::{RateLimitLayer, TokenBucket, rate_limited_client};
 pub use collector::{CollectError, Collector, node_identity};
 pub use exec::{ExecError, NVIDIA_SMI_ARGV};
 pub use metrics::{CollectorMetrics, PodResult};

@@ -56,7 +56,7 @@ async fn client(config: &Config) -> Result<kube::Client, ServeError> {
             .map_err(|error| ServeError::Client(error.to_string()))?,
     };
     // QPS and BURST as client-go applies them: one token bucket per client.
-    super::client::rate_limited_client(kube_config, f64::from(config.qps), config.burst)
+    controller_kit::rate_limited_client(kube_config, f64::from(config.qps), config.burst)
         .map_err(|error| ServeError::Client(error.to_string()))
 }
 

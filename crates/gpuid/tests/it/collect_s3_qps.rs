@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuid::collect::{Election, PodResult, rate_limited_client};
+use controller_kit::rate_limited_client;
+use gpuid::collect::{Election, PodResult};
 use gpuid::config::{S3ExporterConfig, Secret};
 use gpuid::export::{ExportPipeline, S3Credentials, S3Exporter, S3Format, S3Settings};
 use k8s_openapi::api::core::v1::{Namespace, Pod};

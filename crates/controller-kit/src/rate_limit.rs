@@ -1,10 +1,12 @@
-//! The collector's Kubernetes client, throttled by `QPS` and `BURST`.
+//! A Kubernetes client throttled like client-go's, by a QPS and a burst:
+//! every controller's `--qps`/`--burst` (gpuid's `QPS`/`BURST`, the
+//! `--kube-api-qps`/`--kube-api-burst` of Mokka, the TFJob operator's
+//! `--qps`/`--burst`) means the same thing through it.
 //!
 //! client-go gives every client a token bucket (`rest.Config.QPS` and
-//! `Burst`); upstream gpuid sets both from its knobs. kube has no such
-//! limiter, and controller-kit's token bucket paces its work queue, not API
-//! requests, so this module adds one as a tower layer inside the kube
-//! client: every request (exec, GET, PATCH, the start of each watch) takes
+//! `Burst`). kube has no such limiter, and controller-kit's work-queue
+//! rate limiter paces reconciles, not API requests, so this module adds one
+//! as a tower layer inside the kube client: every request (exec, GET, PATCH, the start of each watch) takes
 //! one token; a bucket holds at most `BURST` tokens and refills at `QPS`
 //! per second. kube's client serialises calls through a buffer, so waiting
 //! in `poll_ready` queues later requests behind the one being throttled,
