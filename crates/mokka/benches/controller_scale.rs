@@ -7,7 +7,9 @@
 //! shrinks by 10 %, and the process RSS (kube-sim included).
 //!
 //! Run: `cargo bench -p mokka --bench controller_scale -- 1000 10000`
-//! (tiers as arguments; default 1000 and 10000).
+//! (tiers as arguments; default 1000 and 10000). `trickle1000` instead
+//! measures the inventory applied first and 1,000 Nodes created one by one
+//! after it: the rack and Event writes their arrival costs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,8 +122,9 @@ async fn programmed(inventories: &Api<SGPUInventory>, generation_at_least: i64) 
     }
 }
 
-async fn tier(nodes: usize) {
-    let racks = nodes / NODES_PER_RACK;
+/// kube-sim with Mokka's CRDs, the controller's namespace and profile
+/// `bench` of racks of [`NODES_PER_RACK`] Nodes.
+async fn server(nodes: usize) -> kube_sim::KubeSim {
     let sim = kube_sim::KubeSim::builder()
         .kubelet(kube_sim::KubeletConfig::disabled())
         .watch_history(nodes * 8)
@@ -158,32 +161,46 @@ async fn tier(nodes: usize) {
         )
         .await
         .expect("profile");
+    sim
+}
+
+/// Node `node-<i>`, eligible for inventory `bench`.
+fn bench_node(i: usize) -> Node {
+    serde_json::from_value(json!({"metadata": {"name": format!("node-{i:06}"),
+        "labels": {"mokka.nvidia.com/sgpu-node": "true", "pool": "bench"}}}))
+    .expect("a valid Node")
+}
+
+/// Inventory `bench`: one group of `racks` racks of profile `bench`.
+fn bench_inventory(racks: usize) -> SGPUInventory {
+    serde_json::from_value(json!({
+        "apiVersion": "mokka.nvidia.com/v1alpha1", "kind": "SGPUInventory", "metadata": {"name": "bench"},
+        "spec": {"rackGroups": [{"id": "compute", "count": racks, "profileRef": {"name": "bench"},
+            "placement": {"nodeSelector": {"matchLabels": {"pool": "bench"}}}}]}
+    }))
+    .expect("a valid inventory")
+}
+
+async fn tier(nodes: usize) {
+    let racks = nodes / NODES_PER_RACK;
+    let sim = server(nodes).await;
+    let client = sim.client();
     let node_api: Api<Node> = Api::all(client.clone());
     let setup = Instant::now();
     stream::iter(0..nodes)
         .for_each_concurrent(32, |i| {
             let node_api = node_api.clone();
             async move {
-                let node: Node =
-                    serde_json::from_value(json!({"metadata": {"name": format!("node-{i:06}"),
-                    "labels": {"mokka.nvidia.com/sgpu-node": "true", "pool": "bench"}}}))
-                    .unwrap();
                 node_api
-                    .create(&PostParams::default(), &node)
+                    .create(&PostParams::default(), &bench_node(i))
                     .await
                     .expect("node");
             }
         })
         .await;
     let inventories: Api<SGPUInventory> = Api::all(client.clone());
-    let inventory: SGPUInventory = serde_json::from_value(json!({
-        "apiVersion": "mokka.nvidia.com/v1alpha1", "kind": "SGPUInventory", "metadata": {"name": "bench"},
-        "spec": {"rackGroups": [{"id": "compute", "count": racks, "profileRef": {"name": "bench"},
-            "placement": {"nodeSelector": {"matchLabels": {"pool": "bench"}}}}]}
-    }))
-    .unwrap();
     inventories
-        .create(&PostParams::default(), &inventory)
+        .create(&PostParams::default(), &bench_inventory(racks))
         .await
         .expect("inventory");
     let setup = setup.elapsed();
@@ -293,20 +310,115 @@ async fn tier(nodes: usize) {
     );
 }
 
+/// The inventory first, then `nodes` Nodes created one after another, each
+/// as soon as the previous create was answered (upstream's trickle case):
+/// the rack writes and Event writes the arrivals cost, and the time to all
+/// projected.
+async fn trickle(nodes: usize) {
+    let racks = nodes / NODES_PER_RACK;
+    let sim = server(nodes).await;
+    let client = sim.client();
+    let inventories: Api<SGPUInventory> = Api::all(client.clone());
+    inventories
+        .create(&PostParams::default(), &bench_inventory(racks))
+        .await
+        .expect("inventory");
+    let replica = start(&client, "bench-trickle").await;
+    replica.idle().await;
+    let rack_writes_before = replica.controller.metrics().rack_write_count();
+    let event_writes = |sim: &kube_sim::KubeSim| -> u64 {
+        ["create", "patch"]
+            .iter()
+            .map(|verb| {
+                sim.metrics().requests(verb, "events", 201)
+                    + sim.metrics().requests(verb, "events", 200)
+            })
+            .sum()
+    };
+    let events_before = event_writes(&sim);
+    // In process a create takes tens of microseconds; a client over HTTPS
+    // (upstream's measurement) waits milliseconds. `MOKKA_BENCH_GAP_MS`
+    // (default 5) paces the arrivals like one.
+    let gap = Duration::from_millis(
+        std::env::var("MOKKA_BENCH_GAP_MS")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(5),
+    );
+    let node_api: Api<Node> = Api::all(client.clone());
+    let started = Instant::now();
+    for i in 0..nodes {
+        node_api
+            .create(&PostParams::default(), &bench_node(i))
+            .await
+            .expect("node");
+        tokio::time::sleep(gap).await;
+    }
+    let created = started.elapsed();
+    loop {
+        let projected = node_api
+            .list(&ListParams::default())
+            .await
+            .expect("list Nodes")
+            .items
+            .iter()
+            .filter(|node| {
+                node.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("mokka.nvidia.com/sgpu-assignment"))
+            })
+            .count();
+        if projected == nodes {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let projected = started.elapsed();
+    replica.idle().await;
+    let rack_writes = replica.controller.metrics().rack_write_count() - rack_writes_before;
+    let events = event_writes(&sim) - events_before;
+    replica.stop().await;
+    println!(
+        "| {nodes} one by one, {} ms apart | {racks} | {:.1} s | {:.2} s | {rack_writes} | {events} |",
+        gap.as_millis(),
+        created.as_secs_f64(),
+        projected.as_secs_f64(),
+    );
+}
+
 fn main() {
-    let tiers: Vec<usize> = std::env::args()
-        .skip(1)
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    // `trickle1000`: the one-by-one arrival case with 1,000 Nodes.
+    let trickles: Vec<usize> = arguments
+        .iter()
+        .filter_map(|arg| arg.strip_prefix("trickle")?.parse().ok())
+        .collect();
+    let tiers: Vec<usize> = arguments
+        .iter()
         .filter_map(|arg| arg.parse().ok())
         .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    if !trickles.is_empty() {
+        println!(
+            "| Nodes | racks | creating them | first create to all projected | rack writes | Event writes |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for nodes in &trickles {
+            runtime.block_on(trickle(*nodes));
+        }
+        if tiers.is_empty() {
+            return;
+        }
+    }
     let tiers = if tiers.is_empty() {
         vec![1_000, 10_000]
     } else {
         tiers
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
     println!(
         "| Nodes | racks | setup (create Nodes) | start to all projected | restart converged | rack writes on restart | Node patches on restart | one Node replaced | shrink 10 % | RSS |"
     );

@@ -89,7 +89,8 @@ pub struct RunArgs {
     /// Workers per queue.
     #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
     pub workers: i64,
-    /// Quiet period before a status update.
+    /// Quiet period before a status update, and before the rack group a
+    /// burst of Node events touched is reconciled (one rack write per burst).
     #[arg(long, default_value = "100ms", allow_hyphen_values = true)]
     pub status_debounce: String,
     /// Longest staleness of status while changes continue.

@@ -98,6 +98,12 @@ pub(crate) struct Queues {
     pub inventories: WorkQueue<String>,
     /// Single-group reconciles, keyed (inventory name, inventory UID, group).
     pub groups: WorkQueue<GroupKey>,
+    /// Changes of a group (Node arrivals above all) coalesced in front of
+    /// `groups` with the status timing (`--status-debounce`,
+    /// `--status-progress-interval`): Nodes arriving one after another make
+    /// one reconcile, so one write per rack, per quiet period instead of one
+    /// per Node.
+    pub group_changes: Coalescer<GroupKey>,
     pub projections: WorkQueue<String>,
     pub status_queue: WorkQueue<StatusKey>,
     pub status: Coalescer<StatusKey>,
@@ -108,7 +114,8 @@ impl Queues {
         self.inventories.add(name.to_string());
     }
     pub fn group(&self, key: GroupKey) {
-        self.groups.add(key);
+        // After shutdown the change is dropped on purpose, as for status.
+        let _ = self.group_changes.dirty(key);
     }
     pub fn project(&self, node: &str) {
         self.projections.add(node.to_string());
@@ -383,24 +390,26 @@ impl MokkaController {
         let context = Arc::clone(&self.context);
         let options = context.options;
         let status_queue: WorkQueue<StatusKey> = build_queue("status", &self.queue_metrics);
-        let coalescer = match Coalescer::new(
-            status_queue.clone(),
-            &CoalescerConfig {
-                debounce: options.status_debounce,
-                progress_interval: options.effective_progress_interval(),
-            },
-        ) {
-            Ok(coalescer) => coalescer,
+        let timing = CoalescerConfig {
+            debounce: options.status_debounce,
+            progress_interval: options.effective_progress_interval(),
+        };
+        let groups: WorkQueue<GroupKey> = build_queue("groups", &self.queue_metrics);
+        let coalescers = Coalescer::new(status_queue.clone(), &timing)
+            .and_then(|status| Ok((status, Coalescer::new(groups.clone(), &timing)?)));
+        let (coalescer, group_changes) = match coalescers {
+            Ok(coalescers) => coalescers,
             Err(error) => {
                 // Options were validated in `new`; this cannot happen.
-                tracing::error!(%error, "status coalescer refused the validated options");
+                tracing::error!(%error, "a coalescer refused the validated options");
                 *self.leading.lock() = false;
                 return Ok(());
             }
         };
         let queues = Arc::new(Queues {
             inventories: build_queue("inventories", &self.queue_metrics),
-            groups: build_queue("groups", &self.queue_metrics),
+            groups,
+            group_changes,
             projections: build_queue("projections", &self.queue_metrics),
             status_queue,
             status: coalescer,
@@ -435,7 +444,7 @@ impl MokkaController {
                 &mut workers,
                 "groups",
                 queues.groups.clone(),
-                None,
+                Some(queues.group_changes.clone()),
                 &cancel,
                 {
                     let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
@@ -585,6 +594,7 @@ impl Term<'_> {
             detach();
         }
         self.queues.status.shutdown();
+        self.queues.group_changes.shutdown();
         self.queues.inventories.shut_down();
         self.queues.groups.shut_down();
         self.queues.projections.shut_down();

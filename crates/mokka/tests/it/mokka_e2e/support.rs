@@ -454,6 +454,12 @@ impl Cluster {
             status_debounce: Duration::ZERO,
             ..options
         };
+        self.start_replica_timed(identity, options).await
+    }
+
+    /// [`Cluster::start_replica_with`] keeping the debounce of `options`
+    /// (tests of coalescing).
+    pub async fn start_replica_timed(&self, identity: &str, options: Options) -> Replica {
         let controller = Arc::new(
             MokkaController::new(self.controller_client.clone(), options)
                 .expect("controller builds"),
@@ -495,7 +501,16 @@ impl Cluster {
 
     /// [`Cluster::start_leader`] with `options`.
     pub async fn start_leader_with(&self, identity: &str, options: Options) -> Replica {
-        let replica = self.start_replica_with(identity, options).await;
+        let options = Options {
+            status_debounce: Duration::ZERO,
+            ..options
+        };
+        self.start_leader_timed(identity, options).await
+    }
+
+    /// [`Cluster::start_leader_with`] keeping the debounce of `options`.
+    pub async fn start_leader_timed(&self, identity: &str, options: Options) -> Replica {
+        let replica = self.start_replica_timed(identity, options).await;
         let controller = Arc::clone(&replica.controller);
         eventually("the replica to lead", || async {
             controller.leader_ready().then_some(())
