@@ -8,12 +8,14 @@
 //! * [`manager`]: caches + election + leader-lifetime work for one replica ([`Manager`]).
 //! * [`readiness`]: the stopped/waiting/standby/leader state machine ([`Readiness`]).
 //! * [`serve`]: `/healthz`, `/readyz`, `/metrics` and controller routes ([`serve::AdminServer`]).
-//! * [`telemetry`]: logging on stderr and signal handling; [`events`]: Kubernetes Events.
+//! * [`telemetry`]: logging on stderr and signal handling; [`events`]: Kubernetes Events;
+//!   [`event_notes`]: notes naming every object of one Event.
 
 pub mod caches;
 pub mod coalescer;
 pub mod controller;
 pub mod error;
+pub mod event_notes;
 pub mod events;
 pub mod go_duration;
 pub mod leader;

@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
 use crate::events::EventQueue;
+use crate::plan::child_events::{Change, Child, ChildChanges};
 use crate::plan::{self, ChildAction, EventType, PlanConfig, PlannedEvent, conditions, names};
 use crate::pod_groups::{self, PodGroupStore, PodGroupWrite};
 use controller_kit::error::is_status;
@@ -288,12 +289,17 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     };
     let actions = plan::deletions::without_requested(plan.actions, &requested);
     let actions = plan::deletions::batch_deletions(actions, name, &pod_metas, &service_metas);
+    let changed = Mutex::new(ChildChanges::default());
     let failures: Vec<ReconcileFailure> = stream::iter(actions)
-        .map(|action| execute(ctx, &key, namespace, &reference, action))
+        .map(|action| execute(ctx, &key, namespace, &reference, &changed, action))
         .buffer_unordered(CHILD_WRITES_IN_FLIGHT)
         .filter_map(|result| async move { result.err() })
         .collect()
         .await;
+    // One Event per reason for the whole pass, naming every child.
+    for (reason, note) in changed.into_inner().events() {
+        event(ctx, &reference, KubeEventType::Normal, &reason, note);
+    }
     for error in &failures {
         tracing::warn!(%error, "child action failed");
     }
@@ -359,22 +365,22 @@ fn job_reference(object: &TFJobObject) -> ObjectReference {
 
 /// How one kind of child is named in events, messages and metrics.
 struct ChildKind {
-    /// `pod`, `service`: in `Created pod: …`.
-    noun: &'static str,
-    /// `Pod`, `Service`: in the event reasons (`SuccessfulCreatePod`).
+    /// In the pass's Events (`SuccessfulCreatePod`, "Created pods: …").
+    child: Child,
+    /// `Pod`, `Service`: in the Warning reasons (`FailedCreatePod`).
     title: &'static str,
     creating: &'static str,
     deleting: &'static str,
 }
 
 const POD: ChildKind = ChildKind {
-    noun: "pod",
+    child: Child::Pod,
     title: "Pod",
     creating: "creating pod",
     deleting: "deleting pod",
 };
 const SERVICE: ChildKind = ChildKind {
-    noun: "service",
+    child: Child::Service,
     title: "Service",
     creating: "creating service",
     deleting: "deleting service",
@@ -394,10 +400,12 @@ fn delete_params(uid: Option<String>, propagation: Option<PropagationPolicy>) ->
 }
 
 /// Creates a child of a deterministic name; one that exists already was
-/// created by an earlier pass.
+/// created by an earlier pass. A create is noted in `changed` for the
+/// pass's Event.
 async fn create_child<K>(
     ctx: &Context,
     reference: &ObjectReference,
+    changed: &Mutex<ChildChanges>,
     api: &Api<K>,
     kind: &ChildKind,
     child: &K,
@@ -408,9 +416,7 @@ where
     let name = child.meta().name.clone().unwrap_or_default();
     match api.create(&PostParams::default(), child).await {
         Ok(_) => {
-            let message = format!("Created {}: {name}", kind.noun);
-            let reason = format!("SuccessfulCreate{}", kind.title);
-            event(ctx, reference, KubeEventType::Normal, &reason, message);
+            changed.lock().record(Change::Created, kind.child, name);
             Ok(true)
         }
         Err(error) if is_status(&error, 409) => Ok(false),
@@ -426,10 +432,11 @@ where
 }
 
 /// Deletes the child of `uid`; gone already, or the name now belonging to
-/// a newer child, counts as done.
+/// a newer child, counts as done. A delete is noted in `changed`.
 async fn delete_child<K>(
     ctx: &Context,
     reference: &ObjectReference,
+    changed: &Mutex<ChildChanges>,
     api: &Api<K>,
     kind: &ChildKind,
     name: String,
@@ -440,9 +447,7 @@ where
 {
     match api.delete(&name, &delete_params(uid, None)).await {
         Ok(_) => {
-            let message = format!("Deleted {}: {name}", kind.noun);
-            let reason = format!("SuccessfulDelete{}", kind.title);
-            event(ctx, reference, KubeEventType::Normal, &reason, message);
+            changed.lock().record(Change::Deleted, kind.child, name);
             Ok(true)
         }
         Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(false),
@@ -484,12 +489,13 @@ fn child_write_failed(
     ReconcileFailure::Api { what, name, source }
 }
 
-/// Deletes the children `selector` matches in one DeleteCollection, with
-/// one event per child deleted, as the per-child path records them;
-/// returns how many it deleted and the UIDs the answer gave for them.
+/// Deletes the children `selector` matches in one DeleteCollection, each
+/// noted in `changed` as the per-child path notes them; returns how many
+/// it deleted and the UIDs the answer gave for them.
 async fn delete_children<K>(
     ctx: &Context,
     reference: &ObjectReference,
+    changed: &Mutex<ChildChanges>,
     api: &Api<K>,
     kind: &ChildKind,
     selector: &str,
@@ -517,12 +523,12 @@ where
                     .unzip(),
                 None => (names, Vec::new()),
             };
-            let reason = format!("SuccessfulDelete{}", kind.title);
-            for name in &deleted {
-                let message = format!("Deleted {}: {name}", kind.noun);
-                event(ctx, reference, KubeEventType::Normal, &reason, message);
+            let count = deleted.len();
+            let mut changed = changed.lock();
+            for name in deleted {
+                changed.record(Change::Deleted, kind.child, name);
             }
-            Ok((deleted.len(), uids))
+            Ok((count, uids))
         }
         Err(source) => Err(child_write_failed(
             ctx,
@@ -571,13 +577,14 @@ async fn execute(
     job: &str,
     namespace: &str,
     reference: &ObjectReference,
+    changed: &Mutex<ChildChanges>,
     action: ChildAction,
 ) -> Result<(), ReconcileFailure> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     match action {
         ChildAction::CreatePod(pod) => {
-            let created = create_child(ctx, reference, &pods, &POD, &pod).await;
+            let created = create_child(ctx, reference, changed, &pods, &POD, &pod).await;
             match created {
                 Ok(true) => ctx.metrics.created_pods.inc(),
                 Err(_) => ctx.metrics.failed_pods.inc(),
@@ -586,7 +593,8 @@ async fn execute(
             created.map(drop)
         }
         ChildAction::CreateService(service) => {
-            let created = create_child(ctx, reference, &services, &SERVICE, &service).await;
+            let created =
+                create_child(ctx, reference, changed, &services, &SERVICE, &service).await;
             match created {
                 Ok(true) => ctx.metrics.created_services.inc(),
                 Err(_) => ctx.metrics.failed_services.inc(),
@@ -595,7 +603,8 @@ async fn execute(
             created.map(drop)
         }
         ChildAction::DeletePod { name, uid } => {
-            let deleted = delete_child(ctx, reference, &pods, &POD, name, uid.clone()).await?;
+            let deleted =
+                delete_child(ctx, reference, changed, &pods, &POD, name, uid.clone()).await?;
             if deleted {
                 ctx.metrics.deleted_pods.inc();
                 remember_deleted(ctx, job, uid);
@@ -603,7 +612,17 @@ async fn execute(
             Ok(())
         }
         ChildAction::DeleteService { name, uid } => {
-            if delete_child(ctx, reference, &services, &SERVICE, name, uid.clone()).await? {
+            if delete_child(
+                ctx,
+                reference,
+                changed,
+                &services,
+                &SERVICE,
+                name,
+                uid.clone(),
+            )
+            .await?
+            {
                 remember_deleted(ctx, job, uid);
             }
             Ok(())
@@ -615,14 +634,16 @@ async fn execute(
         } => match kind {
             plan::deletions::ChildKind::Pod => {
                 let (count, uids) =
-                    delete_children(ctx, reference, &pods, &POD, &selector, names).await?;
+                    delete_children(ctx, reference, changed, &pods, &POD, &selector, names).await?;
                 ctx.metrics.deleted_pods.inc_by(count as u64);
                 remember_deleted(ctx, job, uids);
                 Ok(())
             }
             plan::deletions::ChildKind::Service => {
-                let (_, uids) =
-                    delete_children(ctx, reference, &services, &SERVICE, &selector, names).await?;
+                let (_, uids) = delete_children(
+                    ctx, reference, changed, &services, &SERVICE, &selector, names,
+                )
+                .await?;
                 remember_deleted(ctx, job, uids);
                 Ok(())
             }

@@ -580,8 +580,9 @@ async fn replace_with_retry(api: &Api<SGPURack>, desired: SGPURack) -> Result<SG
 }
 
 /// Logs each binding (upstream's message, one line per binding) and
-/// publishes one `NodeBound` Event for the whole write (see
-/// `plan::event_notes` for why not one per Node).
+/// publishes one `NodeBound` Event for the whole write, more when its
+/// Nodes do not fit one note (see `plan::event_notes` for why not one per
+/// Node).
 async fn log_bound(context: &Context, rack: &SGPURack, bindings: &[ExactBinding]) {
     if bindings.is_empty() {
         return;
@@ -602,16 +603,18 @@ async fn log_bound(context: &Context, rack: &SGPURack, bindings: &[ExactBinding]
         .iter()
         .map(|binding| (binding.node.name.as_str(), binding.node_index))
         .collect();
-    context
-        .events
-        .publish_or_log_by_note(
-            &rack_ref(rack),
-            EventType::Normal,
-            "NodeBound",
-            "Bind",
-            event_notes::bound_note(&listed),
-        )
-        .await;
+    for note in event_notes::bound_notes(&listed) {
+        context
+            .events
+            .publish_or_log_by_note(
+                &rack_ref(rack),
+                EventType::Normal,
+                "NodeBound",
+                "Bind",
+                note,
+            )
+            .await;
+    }
 }
 
 /// Like [`log_bound`] for releases: a log line each, one `NodeReleased`
@@ -644,16 +647,18 @@ async fn log_released(context: &Context, rack: &SGPURack, releases: &[Release]) 
             )
         })
         .collect();
-    context
-        .events
-        .publish_or_log_by_note(
-            &rack_ref(rack),
-            EventType::Normal,
-            "NodeReleased",
-            "Release",
-            event_notes::released_note(&listed),
-        )
-        .await;
+    for note in event_notes::released_notes(&listed) {
+        context
+            .events
+            .publish_or_log_by_note(
+                &rack_ref(rack),
+                EventType::Normal,
+                "NodeReleased",
+                "Release",
+                note,
+            )
+            .await;
+    }
 }
 
 async fn warn_conflict(context: &Context, inventory: &SGPUInventory, conflict: &OwnershipConflict) {

@@ -8,6 +8,7 @@
 //! names, so re-running a plan on a stale snapshot ends in `AlreadyExists`
 //! or `NotFound`, which the reconciler treats as success.
 
+pub mod child_events;
 pub mod children;
 pub mod conditions;
 pub mod deletions;

@@ -625,12 +625,10 @@ async fn snapshot(
         if !about_job {
             continue;
         }
-        let key = format!(
-            "{}: {}",
-            event.reason.unwrap_or_default(),
-            event.message.unwrap_or_default()
-        );
-        event_counts.insert(key, true);
+        let reason = event.reason.unwrap_or_default();
+        for note in one_note_per_child(&event.message.unwrap_or_default()) {
+            event_counts.insert(format!("{reason}: {note}"), true);
+        }
     }
     // A deleted job (by the test or by its TTL) is recorded as gone.
     let job = jobs.get_opt("job").await.unwrap();
@@ -660,6 +658,27 @@ async fn snapshot(
     });
     // Namespaces differ between the two runs; nothing else should.
     serde_json::from_str(&view.to_string().replace(ns.as_str(), "$NS")).unwrap_or(view)
+}
+
+/// Our operator names all the children of one pass in one Event
+/// ("Created pods: job-chief-0, job-ps-0"), training-operator writes one
+/// Event per child ("Created pod: job-chief-0"): the comparison is of
+/// which children each reports, so a list becomes one note per child.
+fn one_note_per_child(note: &str) -> Vec<String> {
+    for (plural, singular) in [
+        ("Created pods: ", "Created pod: "),
+        ("Deleted pods: ", "Deleted pod: "),
+        ("Created services: ", "Created service: "),
+        ("Deleted services: ", "Deleted service: "),
+    ] {
+        if let Some(names) = note.strip_prefix(plural) {
+            return names
+                .split(", ")
+                .map(|name| format!("{singular}{name}"))
+                .collect();
+        }
+    }
+    vec![note.to_string()]
 }
 
 /// Paths where `a` and `b` differ, with both values.

@@ -497,6 +497,38 @@ pub async fn event_count(cluster: &TestCluster, reason: &str) -> i32 {
         .sum()
 }
 
+/// The notes of the Events about the job with `reason`, each as often as
+/// its series counts.
+pub async fn event_notes(cluster: &TestCluster, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let mut notes = Vec::new();
+    for event in events.list(&ListParams::default()).await.unwrap().items {
+        if event.reason.as_deref() != Some(reason) {
+            continue;
+        }
+        let count = event.series.as_ref().map_or(1, |s| s.count.max(1));
+        for _ in 0..count {
+            notes.push(event.note.clone().unwrap_or_default());
+        }
+    }
+    notes
+}
+
+/// The children the Events with `reason` report, one entry per report:
+/// the operator lists all the children of one pass in one Event ("Created
+/// pods: a-ps-0, a-worker-0"), so its notes are split into names.
+pub async fn reported_children(cluster: &TestCluster, reason: &str) -> Vec<String> {
+    event_notes(cluster, reason)
+        .await
+        .iter()
+        .flat_map(|note| {
+            let names = note.split_once(": ").map_or("", |(_, names)| names);
+            names.split(", ").map(str::to_string).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Whether pod `name` is in phase `phase`.
 pub async fn pod_phase(cluster: &TestCluster, name: &str) -> Option<String> {
     pods(cluster)

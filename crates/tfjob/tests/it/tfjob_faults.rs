@@ -11,7 +11,9 @@ use crate::support::*;
 /// A job that retries once and then exceeds `backoffLimit: 1`: conditions,
 /// counted failures and pods created, with or without faults.
 /// Also returns how often each fault fired.
-async fn run_flaky_job(faults: &[Fault]) -> ((Vec<(String, String, String)>, i32, i32), Vec<u64>) {
+async fn run_flaky_job(
+    faults: &[Fault],
+) -> ((Vec<(String, String, String)>, i32, usize), Vec<u64>) {
     let cluster = test_cluster("faults").await;
     for fault in faults {
         cluster.sim().faults().add(fault.clone()).unwrap();
@@ -32,7 +34,9 @@ async fn run_flaky_job(faults: &[Fault]) -> ((Vec<(String, String, String)>, i32
     let status = wait_for_condition(&cluster, "flaky", "Failed").await;
     let conditions = condition_triples(&status);
     let failures = status.backoff.as_ref().map_or(0, |b| b.failures);
-    let created = event_count(&cluster, "SuccessfulCreatePod").await;
+    let created = reported_children(&cluster, "SuccessfulCreatePod")
+        .await
+        .len();
     operator.stop().await;
     let fired = cluster
         .sim()

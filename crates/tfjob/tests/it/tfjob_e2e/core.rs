@@ -87,7 +87,21 @@ async fn a_dist_mnist_job_with_2_ps_and_4_workers_goes_created_running_succeeded
         1,
         "one event per transition"
     );
-    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 6);
+    // The first pass creates all six pods and Services: one Event per
+    // kind names them all, in replica order (not six Events, nor a series
+    // whose note names only the first pod).
+    assert_eq!(
+        event_notes(&cluster, "SuccessfulCreatePod").await,
+        [
+            "Created pods: dist-mnist-ps-0, dist-mnist-ps-1, dist-mnist-worker-0, dist-mnist-worker-1, dist-mnist-worker-2, dist-mnist-worker-3"
+        ]
+    );
+    assert_eq!(
+        event_notes(&cluster, "SuccessfulCreateService").await,
+        [
+            "Created services: dist-mnist-ps-0, dist-mnist-ps-1, dist-mnist-worker-0, dist-mnist-worker-1, dist-mnist-worker-2, dist-mnist-worker-3"
+        ]
+    );
     operator.stop().await;
 }
 
@@ -229,8 +243,18 @@ async fn an_operator_restart_mid_job_creates_no_duplicate_child() {
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert_eq!(job_pods(&cluster, "restart").await, pods_before);
     assert_eq!(job_services(&cluster, "restart").await, services_before);
-    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 3);
-    assert_eq!(event_count(&cluster, "SuccessfulCreateService").await, 3);
+    assert_eq!(
+        reported_children(&cluster, "SuccessfulCreatePod")
+            .await
+            .len(),
+        3
+    );
+    assert_eq!(
+        reported_children(&cluster, "SuccessfulCreateService")
+            .await
+            .len(),
+        3
+    );
     let status_after = status(&cluster, "restart").await;
     assert_eq!(status_after.conditions, status_before.conditions);
     assert_eq!(status_after.start_time, status_before.start_time);

@@ -51,7 +51,12 @@ async fn exit_code_137_restarts_the_replica_and_the_job_still_succeeds() {
     let status = wait_for_condition(&cluster, "retry", "Succeeded").await;
     assert!(!true_types(&status).contains(&"Failed".to_string()));
     assert!(failures(&status) >= 1, "the 137 was counted");
-    assert!(event_count(&cluster, "SuccessfulCreatePod").await >= 2);
+    assert!(
+        reported_children(&cluster, "SuccessfulCreatePod")
+            .await
+            .len()
+            >= 2
+    );
     assert!(event_count(&cluster, "TFJobRestarting").await >= 1);
     operator.stop().await;
 }
@@ -74,7 +79,12 @@ async fn exit_1_under_exit_code_fails_the_job_with_the_upstream_reason_and_no_re
         Some(r#"job "fatal" is failing because "Worker" replica(s) failed."#)
     );
     assert_eq!(status.replica_statuses["Worker"].failed, 1);
-    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 1);
+    assert_eq!(
+        reported_children(&cluster, "SuccessfulCreatePod")
+            .await
+            .len(),
+        1
+    );
     assert_eq!(
         pod_phase(&cluster, "fatal-worker-0").await.as_deref(),
         Some("Failed"),
@@ -119,7 +129,12 @@ async fn backoff_limit_2_fails_the_job_after_exactly_3_counted_failures() {
     assert_eq!(failures(&status), 3);
     // The first pod and two re-creations, nothing after the third failure.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 3);
+    assert_eq!(
+        reported_children(&cluster, "SuccessfulCreatePod")
+            .await
+            .len(),
+        3
+    );
     assert_eq!(job_pods(&cluster, "flaky").await.len(), 1);
     operator.stop().await;
 }
@@ -297,7 +312,12 @@ async fn without_a_clean_pod_policy_workers_still_running_when_the_chief_succeed
     for pod in ["keep-ps-0", "keep-worker-0", "keep-worker-1"] {
         assert_eq!(pod_phase(&cluster, pod).await.as_deref(), Some("Running"));
     }
-    assert_eq!(event_count(&cluster, "SuccessfulDeletePod").await, 0);
+    assert_eq!(
+        reported_children(&cluster, "SuccessfulDeletePod")
+            .await
+            .len(),
+        0
+    );
     operator.stop().await;
 }
 
@@ -344,34 +364,29 @@ async fn a_finished_jobs_running_parameter_servers_and_their_services_go_in_one_
         pod_phase(&cluster, "batch-chief-0").await.as_deref(),
         Some("Succeeded")
     );
-    eventually("one deletion event per child", || async {
+    eventually("a deletion reported for each child", || async {
         let counts = (
-            event_count(&cluster, "SuccessfulDeletePod").await,
-            event_count(&cluster, "SuccessfulDeleteService").await,
+            reported_children(&cluster, "SuccessfulDeletePod")
+                .await
+                .len(),
+            reported_children(&cluster, "SuccessfulDeleteService")
+                .await
+                .len(),
         );
         counts == (3, 3)
     })
     .await;
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    let notes: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("SuccessfulDeletePod"))
-        .filter_map(|e| e.note)
-        .collect();
-    // Events of one reason fold into a series that keeps the latest note.
-    assert!(!notes.is_empty());
-    for note in &notes {
-        assert!(
-            ps.iter()
-                .any(|name| *note == format!("Deleted pod: {name}")),
-            "{notes:?}"
-        );
-    }
+    // One DeleteCollection, one Event naming the three deleted pods.
+    let mut deleted = reported_children(&cluster, "SuccessfulDeletePod").await;
+    deleted.sort();
+    let mut expected = ps.to_vec();
+    expected.sort();
+    assert_eq!(deleted, expected);
+    assert_eq!(
+        event_notes(&cluster, "SuccessfulDeletePod").await.len(),
+        1,
+        "one Event for the pass"
+    );
     if let Some(sim) = cluster.kube_sim() {
         let requests = |verb: &str, resource: &str| sim.metrics().requests(verb, resource, 200);
         // (DELETEs of pods are counted too, but the simulated kubelet
@@ -589,7 +604,12 @@ async fn an_operator_restart_mid_backoff_neither_recounts_nor_rushes_the_re_crea
             "TFJobFailed".to_string()
         )
     );
-    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 2);
+    assert_eq!(
+        reported_children(&cluster, "SuccessfulCreatePod")
+            .await
+            .len(),
+        2
+    );
     let second: Pod = pods(&cluster).get("paced-worker-0").await.unwrap();
     let created = second.metadata.creation_timestamp.unwrap().0;
     assert!(
@@ -669,7 +689,12 @@ async fn container_restarts_under_on_failure_count_towards_the_backoff_limit() {
     let last = status.conditions.last().unwrap();
     assert_eq!(last.reason.as_deref(), Some("TFJobFailed"));
     assert_eq!(failures(&status), 2, "two restarts of one pod");
-    assert_eq!(event_count(&cluster, "SuccessfulCreatePod").await, 1);
+    assert_eq!(
+        reported_children(&cluster, "SuccessfulCreatePod")
+            .await
+            .len(),
+        1
+    );
     let pod: Pod = pods(&cluster).get("crashloop-worker-0").await.unwrap();
     assert_eq!(
         pod.spec.unwrap().restart_policy.as_deref(),
