@@ -59,13 +59,17 @@ pub fn admin() -> UserInfo {
 pub async fn layer(State(guard): State<Arc<Guard>>, mut request: Request, next: Next) -> Response {
     match check(&guard, &request) {
         Ok(Some(caller)) => {
+            count_request(&guard, &caller.username, &request);
             request.extensions_mut().insert(Caller(caller));
             if guard.authorization == Authorization::Rbac {
                 request.extensions_mut().insert(RbacEnforced);
             }
             next.run(request).await
         }
-        Ok(None) => next.run(request).await,
+        Ok(None) => {
+            count_request(&guard, ANONYMOUS_USER, &request);
+            next.run(request).await
+        }
         Err(error) => {
             tracing::debug!(
                 method = %request.method(),
@@ -75,6 +79,21 @@ pub async fn layer(State(guard): State<Arc<Guard>>, mut request: Request, next: 
             );
             error.into_response()
         }
+    }
+}
+
+/// The `user` label of requests that carried no token where none is
+/// needed (authentication off, or a path open to anyone).
+const ANONYMOUS_USER: &str = "system:anonymous";
+
+/// Counts a Kubernetes API request that passed the guard under its user
+/// (`kube_sim_user_requests_total`).
+fn count_request(guard: &Guard, user: &str, request: &Request) {
+    if let Some(info) = super::faults::RequestInfo::from_parts(request.method(), request.uri()) {
+        guard
+            .app
+            .metrics
+            .user_request(user, info.verb.as_str(), &info.label());
     }
 }
 

@@ -693,3 +693,78 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_but_a_lo
         "closed after {idle:?}, before the idle timeout"
     );
 }
+
+/// `kube_sim_user_requests_total` counts each client's requests under the
+/// user it authenticated as, so a benchmark can tell a controller's
+/// requests from its driver's on one server.
+#[tokio::test]
+async fn requests_are_counted_by_the_user_that_sent_them() {
+    let sim = KubeSim::builder()
+        .tls()
+        .require_token()
+        .start()
+        .await
+        .unwrap();
+    let admin = sim.http_client_with_token(sim.token()).unwrap();
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let namespace = serde_json::from_value(json!({"metadata": {"name": "bench"}}));
+    namespaces
+        .create(&PostParams::default(), &namespace.unwrap())
+        .await
+        .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "bench");
+    let account = serde_json::from_value(json!({"metadata": {"name": "operator"}}));
+    accounts
+        .create(&PostParams::default(), &account.unwrap())
+        .await
+        .unwrap();
+    let token = service_account_token(&admin, "bench", "operator").await;
+    let operator = sim.http_client_with_token(Some(&token)).unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(operator, "bench");
+    for name in ["a", "b", "c"] {
+        let configmap = serde_json::from_value(json!({"metadata": {"name": name}}));
+        configmaps
+            .create(&PostParams::default(), &configmap.unwrap())
+            .await
+            .unwrap();
+    }
+    let metrics = sim.metrics();
+    let user = "system:serviceaccount:bench:operator";
+    assert_eq!(
+        metrics.user_requests(user, "create", "configmaps"),
+        3,
+        "{}",
+        metrics.encode()
+    );
+    assert_eq!(
+        metrics.user_requests("system:admin", "create", "configmaps"),
+        0
+    );
+    assert_eq!(
+        metrics.user_requests("system:admin", "create", "namespaces"),
+        1
+    );
+    let text = metrics.encode();
+    assert!(
+        text.contains(&format!(
+            r#"kube_sim_user_requests_total{{user="{user}",verb="create",resource="configmaps"}} 3"#
+        )),
+        "{text}"
+    );
+    // The embedding process's own client (and kube-sim's simulated
+    // kubelet and controllers) do not pass the listener.
+    let in_process: Api<ConfigMap> = Api::namespaced(sim.client(), "bench");
+    in_process.get("a").await.unwrap();
+    assert_eq!(
+        metrics.user_requests("system:admin", "get", "configmaps"),
+        0
+    );
+    let text = metrics.encode();
+    assert!(
+        !text
+            .lines()
+            .any(|line| line.starts_with("kube_sim_user_requests_total")
+                && line.contains(r#"verb="get",resource="configmaps""#)),
+        "{text}"
+    );
+}
