@@ -183,7 +183,7 @@ pub(super) async fn serve(
                 write
                     .state
                     .store
-                    .create(rt, &target.version, ns, value.clone(), p)
+                    .create(target.write_scope(p), value.clone())
             })
             .await?;
             Ok(answer(write, stored, StatusCode::CREATED, &params))
@@ -197,7 +197,7 @@ pub(super) async fn serve(
                 write
                     .state
                     .store
-                    .update(rt, &target.version, ns, name, value.clone(), write.sub, p)
+                    .update(target.write_scope(p), name, write.sub, value.clone())
             })
             .await?;
             Ok(answer(write, stored, StatusCode::OK, &params))
@@ -220,7 +220,7 @@ pub(super) async fn serve(
                 write
                     .state
                     .store
-                    .patch(rt, &target.version, ns, name, kind, &body, write.sub, p)
+                    .patch(target.write_scope(p), name, write.sub, kind, &body)
             };
             let exists = write.state.store.get(rt, ns, name).is_ok();
             if !exists && kind == PatchKind::Apply {
@@ -298,9 +298,6 @@ async fn create(
     first_pass: impl Fn(&WriteParams) -> Result<Arc<StoredObject>, ApiError>,
 ) -> Result<Arc<StoredObject>, ApiError> {
     let store = &write.state.store;
-    let rt = &write.target.rt;
-    let version = &write.target.version;
-    let ns = write.target.namespace.as_deref();
     let first = first_pass(&WriteParams {
         dry_run: true,
         ..params.clone()
@@ -327,7 +324,8 @@ async fn create(
     let mut object = Some(object);
     admission::mutate(store, set, &request, &mut object, None, &params.warnings).await?;
     let object = object.unwrap_or_default();
-    let admitted = store.create_admitted(rt, version, ns, object, &later_pass(params, true))?;
+    let dry_run = later_pass(params, true);
+    let admitted = store.create_admitted(write.target.write_scope(&dry_run), object)?;
     let final_object = view(write, &admitted)?;
     request.attrs.name = object_name(&final_object).to_string();
     if let Some(guard) = &write.escalation {
@@ -350,7 +348,8 @@ async fn create(
     if params.dry_run {
         return Ok(admitted);
     }
-    store.create_admitted(rt, version, ns, final_object, &later_pass(params, false))
+    let commit = later_pass(params, false);
+    store.create_admitted(write.target.write_scope(&commit), final_object)
 }
 
 /// An update (or a patch of an existing object) through admission;
@@ -364,7 +363,6 @@ async fn update(
 ) -> Result<Arc<StoredObject>, ApiError> {
     let store = &write.state.store;
     let rt = &write.target.rt;
-    let version = &write.target.version;
     let ns = write.target.namespace.as_deref();
     let mut attempt = 0;
     loop {
@@ -404,17 +402,11 @@ async fn update(
         )
         .await?;
         let object = object.unwrap_or_default();
+        let dry_run = later_pass(params, true);
+        let scope = write.target.write_scope(&dry_run);
         let admitted = match operation {
-            Operation::Update => store.update_admitted(
-                rt,
-                version,
-                ns,
-                name,
-                object,
-                write.sub,
-                &later_pass(params, true),
-            ),
-            _ => store.create_admitted(rt, version, ns, object, &later_pass(params, true)),
+            Operation::Update => store.update_admitted(scope, name, write.sub, object),
+            _ => store.create_admitted(scope, object),
         };
         let admitted = match admitted {
             Err(e) if e.code == 409 && attempt < ATTEMPTS => continue,
@@ -436,17 +428,11 @@ async fn update(
         if params.dry_run {
             return Ok(admitted);
         }
+        let commit = later_pass(params, false);
+        let scope = write.target.write_scope(&commit);
         let committed = match operation {
-            Operation::Update => store.update_admitted(
-                rt,
-                version,
-                ns,
-                name,
-                final_object,
-                write.sub,
-                &later_pass(params, false),
-            ),
-            _ => store.create_admitted(rt, version, ns, final_object, &later_pass(params, false)),
+            Operation::Update => store.update_admitted(scope, name, write.sub, final_object),
+            _ => store.create_admitted(scope, final_object),
         };
         match committed {
             Err(e) if e.code == 409 && attempt < ATTEMPTS => continue,

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::negotiate;
 use crate::error::ApiError;
-use crate::store::{DeleteOptions, Store, Subresource, WriteParams};
+use crate::store::{DeleteOptions, Store, Subresource, WriteParams, WriteScope};
 
 pub(crate) fn routes(store: Arc<Store>) -> Router {
     Router::new()
@@ -170,16 +170,14 @@ fn take_disruption(
     }
     let mut updated = budget;
     updated["status"]["disruptionsAllowed"] = json!(allowed - 1);
+    let scope = WriteScope {
+        rt: &budgets,
+        version: "v1",
+        namespace: Some(namespace),
+        params: &WriteParams::default(),
+    };
     store
-        .update(
-            &budgets,
-            "v1",
-            Some(namespace),
-            &budget_name,
-            updated,
-            Subresource::Status,
-            &WriteParams::default(),
-        )
+        .update(scope, &budget_name, Subresource::Status, updated)
         .map(|_| ())
         .map_err(|e| {
             if e.code == 409 {

@@ -292,17 +292,9 @@ async fn handle(
             body,
             Subresource::Status,
         ),
-        (Some(name), Some("scale")) if scale::supported(&target.rt) => scale::answer(
-            store,
-            &target.rt,
-            &target.version,
-            target.namespace.as_deref(),
-            name,
-            method,
-            &query,
-            headers,
-            &body,
-        ),
+        (Some(name), Some("scale")) if scale::supported(&target.rt) => {
+            scale::answer(store, &target, name, method, &query, headers, &body)
+        }
         (Some(_), Some(_)) => Err(ApiError::no_such_resource()),
     }
 }
@@ -407,7 +399,7 @@ fn collection(
             let value = target_object(rt, headers, &body)?;
             let mut params = write_params(query, headers, target);
             params.duplicate_fields = duplicate_fields(headers, &body);
-            let created = store.create(rt, &target.version, ns, value, &params)?;
+            let created = store.create(target.write_scope(&params), value)?;
             let response = bytes_response(
                 StatusCode::CREATED,
                 Store::render(rt, &target.version, &created),
@@ -511,7 +503,7 @@ fn object(
             let value = target_object(rt, headers, &body)?;
             params.duplicate_fields = duplicate_fields(headers, &body);
             respond(
-                store.update(rt, version, ns, name, value, sub, &params)?,
+                store.update(target.write_scope(&params), name, sub, value)?,
                 StatusCode::OK,
                 &params,
             )
@@ -530,7 +522,7 @@ fn object(
             // An apply that creates the object answers 201, as on the real server.
             let creates = kind == PatchKind::Apply && store.get(rt, ns, name).is_err();
             respond(
-                store.patch(rt, version, ns, name, kind, &body, sub, &params)?,
+                store.patch(target.write_scope(&params), name, sub, kind, &body)?,
                 if creates {
                     StatusCode::CREATED
                 } else {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::error::ApiError;
 use crate::resources::ResourceType;
-use crate::store::Store;
+use crate::store::{Store, WriteParams, WriteScope};
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum ApiPath {
@@ -32,6 +32,18 @@ pub struct Target {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Option<String>,
+}
+
+impl Target {
+    /// The scope of a write to this target with `params`.
+    pub fn write_scope<'a>(&'a self, params: &'a WriteParams) -> WriteScope<'a> {
+        WriteScope {
+            rt: &self.rt,
+            version: &self.version,
+            namespace: self.namespace.as_deref(),
+            params,
+        }
+    }
 }
 
 /// `%XX` escapes decoded; a malformed escape or a result that is not UTF-8

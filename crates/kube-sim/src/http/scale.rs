@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use super::path::Target;
 use super::query::Query;
 use super::{json_response, request_object, user_agent};
 use crate::error::ApiError;
@@ -74,19 +75,18 @@ fn scale_of(object: &Value) -> Value {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Serves the scale subresource of `target`'s object `name`.
 pub fn answer(
     store: &Arc<Store>,
-    rt: &ResourceType,
-    version: &str,
-    namespace: Option<&str>,
+    target: &Target,
     name: &str,
     method: &Method,
     query: &Query,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    let current = scale_of(&store.get(rt, namespace, name)?.value());
+    let parent = store.get(&target.rt, target.namespace.as_deref(), name)?;
+    let current = scale_of(&parent.value());
     let wanted = match *method {
         Method::GET => return Ok(json_response(StatusCode::OK, &current)),
         Method::PUT => {
@@ -128,14 +128,11 @@ pub fn answer(
     }
     let params = query.write_params(user_agent(headers));
     let written = store.patch(
-        rt,
-        version,
-        namespace,
+        target.write_scope(&params),
         name,
+        Subresource::Main,
         PatchKind::Merge,
         parent_patch.to_string().as_bytes(),
-        Subresource::Main,
-        &params,
     )?;
     Ok(json_response(StatusCode::OK, &scale_of(&written.value())))
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::object::now_rfc3339;
-use crate::store::{Store, Subresource};
+use crate::store::{Store, Subresource, WriteScope};
 
 /// Optimistic-concurrency retries before giving up with the 409.
 const ATTEMPTS: usize = 5;
@@ -102,6 +102,13 @@ fn bind(store: &Store, namespace: &str, name: &str, body: &[u8]) -> Result<(), A
     let rt = store
         .resolve("", "v1", "pods")
         .ok_or_else(ApiError::no_such_resource)?;
+    let params = scheduler_write();
+    let scope = WriteScope {
+        rt: &rt,
+        version: "v1",
+        namespace: Some(namespace),
+        params: &params,
+    };
     let mut last_error = None;
     for _ in 0..ATTEMPTS {
         let current = store.get(&rt, Some(namespace), name)?;
@@ -129,15 +136,7 @@ fn bind(store: &Store, namespace: &str, name: &str, body: &[u8]) -> Result<(), A
         // Status first: the kubelet acts on nodeName, and by then the pod
         // must already say it was scheduled.
         mark_scheduled(&mut pod["status"]);
-        let with_status = match store.update(
-            &rt,
-            "v1",
-            Some(namespace),
-            name,
-            pod,
-            Subresource::Status,
-            &scheduler_write(),
-        ) {
+        let with_status = match store.update(scope, name, Subresource::Status, pod) {
             Ok(stored) => stored,
             Err(e) if e.code == 409 => {
                 last_error = Some(e);
@@ -147,15 +146,7 @@ fn bind(store: &Store, namespace: &str, name: &str, body: &[u8]) -> Result<(), A
         };
         let mut pod = with_status.value();
         pod["spec"]["nodeName"] = Value::String(node.clone());
-        match store.update(
-            &rt,
-            "v1",
-            Some(namespace),
-            name,
-            pod,
-            Subresource::Main,
-            &scheduler_write(),
-        ) {
+        match store.update(scope, name, Subresource::Main, pod) {
             Ok(_) => return Ok(()),
             Err(e) if e.code == 409 => last_error = Some(e),
             Err(e) => return Err(e),

@@ -318,11 +318,7 @@ impl Evaluator {
         }
         let old = corr.old.filter(|o| !o.is_null());
         let corr = Correlation { old, ..corr };
-        self.run_rules(node, &node.rules, value, corr, field, resource_root, errs);
-        // Rules declared under allOf apply to this same value.
-        for sub in &node.all_of {
-            self.run_rules(node, &sub.rules, value, corr, field, resource_root, errs);
-        }
+        self.run_rules(node, value, corr, field, resource_root, errs);
         if self.exhausted {
             return;
         }
@@ -416,19 +412,23 @@ impl Evaluator {
         }
     }
 
-    /// Runs `rules` on `value`, typed by `node`.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs `node`'s rules on `value`, typed by `node`: its own, then
+    /// those declared under its allOf, which apply to this same value.
     fn run_rules(
         &mut self,
         node: &Node,
-        rules: &[CompiledRule],
         value: &Value,
         corr: Correlation<'_>,
         field: &str,
         resource_root: bool,
         errs: &mut Vec<FieldError>,
     ) {
-        if rules.is_empty() || self.exhausted {
+        let mut rules = node
+            .rules
+            .iter()
+            .chain(node.all_of.iter().flat_map(|sub| &sub.rules))
+            .peekable();
+        if rules.peek().is_none() || self.exhausted {
             return;
         }
         let env = match env() {

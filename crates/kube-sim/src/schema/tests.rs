@@ -919,6 +919,32 @@ fn failing_rule_reports_its_message_at_the_declaring_node() {
 }
 
 #[test]
+fn rules_under_all_of_run_on_the_same_value_after_the_nodes_own() {
+    let mut schema = spec_with_rules(
+        json!({"a": {"type": "integer"}}),
+        json!([{"rule": "self.a > 0", "message": "own"}]),
+    );
+    schema["properties"]["spec"]["allOf"] = json!([
+        {"x-kubernetes-validations": [{"rule": "self.a > 1", "message": "first allOf"}]},
+        {"x-kubernetes-validations": [{"rule": "self.a > 2", "message": "second allOf"}]},
+    ]);
+    let s = compile(schema);
+    assert!(s.has_rules());
+    assert_eq!(
+        create_messages(&s, resource(json!({"a": 0}))),
+        [
+            "spec: Invalid value: \"object\": own",
+            "spec: Invalid value: \"object\": first allOf",
+            "spec: Invalid value: \"object\": second allOf",
+        ]
+    );
+    assert_eq!(
+        create_messages(&s, resource(json!({"a": 2}))),
+        ["spec: Invalid value: \"object\": second allOf"]
+    );
+}
+
+#[test]
 fn failing_rule_without_message_names_the_rule() {
     let s = compile(spec_with_rules(
         json!({"a": {"type": "integer"}}),

@@ -28,7 +28,7 @@ pub use delete::{DeleteOptions, Propagation};
 pub use durable::{DATABASE_FILE, DataDirError};
 pub use list::{ListOptions, ListPage};
 pub use watch::WatchOptions;
-pub use write::{KeptObject, Subresource, WriteParams};
+pub use write::{KeptObject, Subresource, WriteParams, WriteScope};
 
 use crate::error::ApiError;
 use crate::object::{ObjectKey, StoredObject};
@@ -231,14 +231,13 @@ impl Store {
                 "metadata": {"name": name},
             });
             // The built-in namespaces are valid by construction.
-            let _ = state.create(
-                &rt,
-                "v1",
-                None,
-                body,
-                &WriteParams::system(),
-                write::Ownership::Record,
-            );
+            let scope = WriteScope {
+                rt: &rt,
+                version: "v1",
+                namespace: None,
+                params: &WriteParams::system(),
+            };
+            let _ = state.create(scope, body, write::Ownership::Record);
         }
     }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::write::{
-    Ownership, Subresource, WriteOrigin, WriteParams, check_namespace, check_type, check_valid,
+    Ownership, Subresource, WriteOrigin, WriteScope, check_namespace, check_type, check_valid,
     fold_string_data, is_crd_type, normalize, spec_changed, to_storage_version, write_context,
 };
 use super::{ChangeType, State, Store};
@@ -70,23 +70,28 @@ pub(super) fn check_body(
     Ok(())
 }
 
-/// Works out the update of `current` to `value` (already through
-/// [`check_body`]). `old` is `current` parsed at `version`, when the caller
-/// has it. `prepare_crd` finishes a CRD before the no-op check (the one step
-/// that needs the state; plain kinds pass a no-op).
-#[allow(clippy::too_many_arguments)]
+/// Works out the update of `sub` of `current`, the stored object the
+/// request names, to `value` (already through [`check_body`]). `old` is
+/// `current` parsed at the scope's version, when the caller has it.
+/// `prepare_crd` finishes a CRD before the no-op check (the one step that
+/// needs the state; plain kinds pass a no-op).
 pub(super) fn prepare_update(
-    rt: &ResourceType,
-    version: &str,
-    name: &str,
-    value: Value,
+    scope: WriteScope<'_>,
     sub: Subresource,
-    params: &WriteParams,
+    value: Value,
     ownership: Ownership,
     current: &StoredObject,
     old: Option<Value>,
     prepare_crd: impl FnOnce(&mut Value) -> Result<(), ApiError>,
 ) -> Result<UpdateOutcome, ApiError> {
+    let WriteScope {
+        rt,
+        version,
+        params,
+        ..
+    } = scope;
+    // The name the request gave: `current` was found by it.
+    let name = current.name.as_str();
     let mut value = value;
     let old = old.unwrap_or_else(|| State::value_at(rt, version, current));
     let given_rv = meta_str(&value, "resourceVersion").unwrap_or_default();
@@ -158,7 +163,7 @@ pub(super) fn prepare_update(
         }
     };
     keep_server_owned_metadata(&old, current, &mut new)?;
-    let mut new = normalize(rt, version, new, params)?;
+    let mut new = normalize(scope, new)?;
     check_valid(rt, version, &new, Some(&old))?;
     if current.deleting {
         let before = finalizers(&old);
@@ -268,11 +273,11 @@ impl State {
     /// Commits what [`prepare_update`] decided for `current`.
     pub(super) fn finish_update(
         &mut self,
-        rt: &ResourceType,
+        scope: WriteScope<'_>,
         outcome: UpdateOutcome,
         current: Arc<StoredObject>,
-        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
+        let WriteScope { rt, params, .. } = scope;
         match outcome {
             UpdateOutcome::Unchanged => Ok(current),
             UpdateOutcome::DryRun(stored) => Ok(stored),
@@ -300,54 +305,37 @@ impl State {
 
     /// A patch (any kind but a server-side apply that creates) of
     /// `current`, decided without the state.
-    #[allow(clippy::too_many_arguments)]
     fn prepare_patch(
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
+        sub: Subresource,
         kind: PatchKind,
         body: &[u8],
-        sub: Subresource,
-        params: &WriteParams,
         current: &StoredObject,
     ) -> Result<UpdateOutcome, ApiError> {
+        let WriteScope {
+            rt,
+            version,
+            namespace,
+            ..
+        } = scope;
         let (mut value, old, ownership, params) = if kind == PatchKind::Apply {
             let applied = Self::apply_configuration(rt, version, name, body, sub)?;
             let old = Self::value_at(rt, version, current);
-            let merged = Self::merge_apply(
-                rt,
-                version,
-                name,
-                applied,
-                sub,
-                params,
-                Some(current),
-                Some(&old),
-            )?;
-            (merged, Some(old), Ownership::Applied, params.clone())
+            let merged = Self::merge_apply(scope, name, sub, applied, Some(current), Some(&old))?;
+            (merged, Some(old), Ownership::Applied, scope.params.clone())
         } else {
             let patched = Self::patched_document(rt, version, current, kind, body)?;
-            let params = WriteParams {
-                origin: WriteOrigin::Patch,
-                ..params.clone()
-            };
+            let params = scope.params.for_patched_object();
             (patched, None, Ownership::Record, params)
         };
         check_type(rt, version, &mut value)?;
         check_body(rt, namespace, name, &mut value)?;
-        prepare_update(
-            rt,
-            version,
-            name,
-            value,
-            sub,
-            &params,
-            ownership,
-            current,
-            old,
-            |_| Ok(()),
-        )
+        let scope = WriteScope {
+            params: &params,
+            ..scope
+        };
+        prepare_update(scope, sub, value, ownership, current, old, |_| Ok(()))
     }
 }
 
@@ -356,18 +344,15 @@ impl Store {
     /// `None` when it must run under the lock: a kind whose writes need
     /// the state, an apply with nothing to update (it creates), or an
     /// object that kept changing under it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn patch_outside_lock(
         &self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
+        sub: Subresource,
         kind: PatchKind,
         body: &[u8],
-        sub: Subresource,
-        params: &WriteParams,
     ) -> Option<Result<Arc<StoredObject>, ApiError>> {
+        let WriteScope { rt, namespace, .. } = scope;
         if !decided_outside_lock(rt) {
             return None;
         }
@@ -377,9 +362,7 @@ impl Store {
                 Err(_) if kind == PatchKind::Apply => return None,
                 Err(error) => return Some(Err(error)),
             };
-            let outcome = match State::prepare_patch(
-                rt, version, namespace, name, kind, body, sub, params, &current,
-            ) {
+            let outcome = match State::prepare_patch(scope, name, sub, kind, body, &current) {
                 Ok(outcome) => outcome,
                 Err(error) => return Some(Err(error)),
             };
@@ -390,9 +373,9 @@ impl Store {
             if !unchanged {
                 continue;
             }
-            let result = state.finish_update(rt, outcome, current, params);
+            let result = state.finish_update(scope, outcome, current);
             if let Ok(stored) = &result
-                && !params.dry_run
+                && !scope.params.dry_run
             {
                 state.collect_if_every_owner_is_gone(rt, stored);
             }

@@ -51,6 +51,24 @@ enum Start {
     },
 }
 
+/// A started watch, as its task runs it.
+struct WatchTask {
+    /// What the client is shown.
+    view: WatchView,
+    /// The kind whose history the events come from, and the epoch of the
+    /// store the watch started on: when a custom resource's CRD is
+    /// deleted, its watch drains what the retired store still holds, then
+    /// ends, even if the CRD is made again.
+    history: (GroupResource, u64),
+    /// Wakes the task when the kind changes.
+    notify: tokio::sync::watch::Receiver<u64>,
+    /// The client's end; closed when it goes away.
+    tx: mpsc::Sender<Bytes>,
+    opts: WatchOptions,
+    /// When the watch times out, if it does.
+    deadline: Option<Instant>,
+}
+
 /// Everything a watch task needs to filter and render events.
 struct WatchView {
     rt: Arc<ResourceType>,
@@ -230,11 +248,15 @@ impl Store {
         let (tx, rx) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
         let store = self.clone();
         let deadline = opts.timeout.map(|t| Instant::now() + t);
-        tokio::spawn(async move {
-            store
-                .run_watch(view, (gr, epoch), start, cursor, notify, tx, opts, deadline)
-                .await;
-        });
+        let task = WatchTask {
+            view,
+            history: (gr, epoch),
+            notify,
+            tx,
+            opts,
+            deadline,
+        };
+        tokio::spawn(async move { store.run_watch(task, start, cursor).await });
         Ok(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|chunk| (Ok(chunk), rx))
         }))
@@ -263,18 +285,17 @@ impl Store {
         Since::Events(events, caught_up)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn run_watch(
-        &self,
-        view: WatchView,
-        gr: (GroupResource, u64),
-        start: Start,
-        mut cursor: u64,
-        mut notify: tokio::sync::watch::Receiver<u64>,
-        tx: mpsc::Sender<Bytes>,
-        opts: WatchOptions,
-        deadline: Option<Instant>,
-    ) {
+    /// Sends `task`'s events from `start`, then from the history after
+    /// `cursor`, until the watch ends.
+    async fn run_watch(&self, task: WatchTask, start: Start, mut cursor: u64) {
+        let WatchTask {
+            view,
+            history,
+            mut notify,
+            tx,
+            opts,
+            deadline,
+        } = task;
         match start {
             Start::Expired { compacted } => {
                 self.stats.watch_expired.fetch_add(1, Ordering::Relaxed);
@@ -310,7 +331,7 @@ impl Store {
         let mut next_bookmark = Instant::now() + interval;
         loop {
             notify.borrow_and_update();
-            match self.events_since(&gr, cursor) {
+            match self.events_since(&history, cursor) {
                 Since::Gone => return,
                 Since::Expired { compacted } => {
                     self.stats.watch_expired.fetch_add(1, Ordering::Relaxed);

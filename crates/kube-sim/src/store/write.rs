@@ -109,6 +109,33 @@ impl WriteParams {
             _ => apply::manager_from_user_agent(&self.user_agent),
         }
     }
+
+    /// The parameters of the update a patch (other than an apply) comes
+    /// to: the request's own, with the patched object as its origin.
+    pub(super) fn for_patched_object(&self) -> Self {
+        Self {
+            origin: WriteOrigin::Patch,
+            ..self.clone()
+        }
+    }
+}
+
+/// What every step of one write shares, as kube-apiserver's handlers share
+/// a request scope: the kind written, the version it is written at, the
+/// namespace of the URL and the request's options. Which object an update
+/// or a patch addresses, and which part of it ([`Subresource`]), are
+/// arguments of their own, since a create has neither.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteScope<'a> {
+    /// The kind as the request names it. A write of a view kind
+    /// (events.k8s.io Events) goes on in a scope of the kind it is stored
+    /// as.
+    pub rt: &'a ResourceType,
+    /// The version the body is in and the answer is given at.
+    pub version: &'a str,
+    /// The namespace of the URL; a cluster-scoped kind ignores it.
+    pub namespace: Option<&'a str>,
+    pub params: &'a WriteParams,
 }
 
 /// A create prepared outside the state lock (see [`State::prepare_new`]).
@@ -120,7 +147,13 @@ pub(super) struct NewObject {
 }
 
 /// Records the creator's managedFields entry on a new object.
-fn record_create(rt: &ResourceType, version: &str, params: &WriteParams, value: &mut Value) {
+fn record_create(scope: WriteScope<'_>, value: &mut Value) {
+    let WriteScope {
+        rt,
+        version,
+        params,
+        ..
+    } = scope;
     let manager = params.manager();
     let api_version = rt.api_version(version);
     let now = now_rfc3339();
@@ -182,129 +215,91 @@ fn smp_error(e: SmpError) -> ApiError {
 }
 
 impl Store {
+    /// Creates the object `body` (a server-side apply may create one too,
+    /// see [`Store::patch`]).
     pub fn create(
         &self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         body: Value,
-        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        if let Some(manager) = &params.field_manager {
+        if let Some(manager) = &scope.params.field_manager {
             apply::validate_field_manager(manager).map_err(apply_error)?;
         }
-        if decided_outside_lock(rt) {
+        if decided_outside_lock(scope.rt) {
             // Everything that does not need the state is done before the
             // lock is taken (the real server validates before its storage
             // transaction too).
             let mut value = body;
-            check_type(rt, version, &mut value)?;
-            let prepared =
-                State::prepare_new(rt, version, namespace, value, params, Ownership::Record)?;
-            return self.write_and_collect(rt, params, |state| {
-                state.insert_new(rt, version, namespace, prepared, params, Ownership::Record)
+            check_type(scope.rt, scope.version, &mut value)?;
+            let prepared = State::prepare_new(scope, value, Ownership::Record)?;
+            return self.write_and_collect(scope, |state| {
+                state.insert_new(scope, prepared, Ownership::Record)
             });
         }
-        self.write_and_collect(rt, params, |state| {
-            state.create(rt, version, namespace, body, params, Ownership::Record)
-        })
+        self.write_and_collect(scope, |state| state.create(scope, body, Ownership::Record))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Replaces `sub` of the object `name` with `body`.
     pub fn update(
         &self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
-        body: Value,
         sub: Subresource,
-        params: &WriteParams,
+        body: Value,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        if let Some(manager) = &params.field_manager {
+        if let Some(manager) = &scope.params.field_manager {
             apply::validate_field_manager(manager).map_err(apply_error)?;
         }
-        self.write_and_collect(rt, params, |state| {
-            state.update(
-                rt,
-                version,
-                namespace,
-                name,
-                body,
-                sub,
-                params,
-                Ownership::Record,
-            )
+        self.write_and_collect(scope, |state| {
+            state.update(scope, name, sub, body, Ownership::Record)
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Patches `sub` of the object `name` with `body`, a patch of `kind`
+    /// (a server-side apply may create the object).
     pub fn patch(
         &self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
+        sub: Subresource,
         kind: PatchKind,
         body: &[u8],
-        sub: Subresource,
-        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
         apply::validate_patch_options(
             kind == PatchKind::Apply,
-            params.field_manager.as_deref(),
-            params.force.is_some(),
+            scope.params.field_manager.as_deref(),
+            scope.params.force.is_some(),
         )
         .map_err(apply_error)?;
-        if let Some(result) =
-            self.patch_outside_lock(rt, version, namespace, name, kind, body, sub, params)
-        {
+        if let Some(result) = self.patch_outside_lock(scope, name, sub, kind, body) {
             return result;
         }
-        self.write_and_collect(rt, params, |state| {
-            state.patch(rt, version, namespace, name, kind, body, sub, params)
-        })
+        self.write_and_collect(scope, |state| state.patch(scope, name, sub, kind, body))
     }
 
     /// A create whose object admission webhooks have seen (see
     /// [`Ownership::Admitted`]).
     pub(crate) fn create_admitted(
         &self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         body: Value,
-        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        self.write_and_collect(rt, params, |state| {
-            state.create(rt, version, namespace, body, params, Ownership::Admitted)
+        self.write_and_collect(scope, |state| {
+            state.create(scope, body, Ownership::Admitted)
         })
     }
 
     /// An update whose object admission webhooks have seen (see
     /// [`Ownership::Admitted`]); its resourceVersion is the precondition.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn update_admitted(
         &self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
-        body: Value,
         sub: Subresource,
-        params: &WriteParams,
+        body: Value,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        self.write_and_collect(rt, params, |state| {
-            state.update(
-                rt,
-                version,
-                namespace,
-                name,
-                body,
-                sub,
-                params,
-                Ownership::Admitted,
-            )
+        self.write_and_collect(scope, |state| {
+            state.update(scope, name, sub, body, Ownership::Admitted)
         })
     }
 
@@ -313,16 +308,15 @@ impl Store {
     /// collected), and counts it.
     fn write_and_collect(
         &self,
-        rt: &ResourceType,
-        params: &WriteParams,
+        scope: WriteScope<'_>,
         write: impl FnOnce(&mut State) -> Result<Arc<StoredObject>, ApiError>,
     ) -> Result<Arc<StoredObject>, ApiError> {
         let mut state = self.state.lock();
         let result = write(&mut state);
         if let Ok(stored) = &result
-            && !params.dry_run
+            && !scope.params.dry_run
         {
-            state.collect_if_every_owner_is_gone(rt, stored);
+            state.collect_if_every_owner_is_gone(scope.rt, stored);
         }
         drop(state);
         self.count_write(&result);
@@ -432,12 +426,13 @@ pub(super) fn check_namespace(
 /// custom resources are pruned and defaulted by their schema. What was
 /// dropped (and what the body set twice) is then refused, reported as
 /// warnings or ignored, as `fieldValidation` asks.
-pub(super) fn normalize(
-    rt: &ResourceType,
-    version: &str,
-    value: Value,
-    params: &WriteParams,
-) -> Result<Value, ApiError> {
+pub(super) fn normalize(scope: WriteScope<'_>, value: Value) -> Result<Value, ApiError> {
+    let WriteScope {
+        rt,
+        version,
+        params,
+        ..
+    } = scope;
     let checking = params.field_validation != FieldValidation::Ignore;
     // The input is kept only where a strict refusal quotes it; typed kinds
     // decode from a borrow, so they keep it without a copy.
@@ -485,7 +480,7 @@ pub(super) fn normalize(
         return Ok(value);
     }
     if params.field_validation == FieldValidation::Strict {
-        return Err(strict_decoding_error(rt, version, params, input, &problems));
+        return Err(strict_decoding_error(scope, input, &problems));
     }
     for problem in problems {
         params.warnings.push(problem);
@@ -497,15 +492,15 @@ pub(super) fn normalize(
 /// BadRequest; a patch whose result it cannot decode is an Invalid `patch`
 /// showing that result, as kube-apiserver words them.
 fn strict_decoding_error(
-    rt: &ResourceType,
-    version: &str,
-    params: &WriteParams,
+    scope: WriteScope<'_>,
     input: Option<Value>,
     problems: &[String],
 ) -> ApiError {
-    match params.origin {
+    match scope.params.origin {
         WriteOrigin::Body => ApiError::bad_request(field_validation::strict_decoding_message(
-            &rt.kind, version, problems,
+            &scope.rt.kind,
+            scope.version,
+            problems,
         )),
         WriteOrigin::Patch => {
             let patched = input.map(|v| v.to_string()).unwrap_or_default();
@@ -729,15 +724,12 @@ impl State {
 
     pub(super) fn create(
         &mut self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         mut value: Value,
-        params: &WriteParams,
         ownership: Ownership,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        check_type(rt, version, &mut value)?;
-        if let Some((storage, stored)) = self.stored_type(rt) {
+        check_type(scope.rt, scope.version, &mut value)?;
+        if let Some((storage, stored)) = self.stored_type(scope.rt) {
             let value = (stored.from_view)(value);
             let causes = (stored.check_view_write)(&value, None);
             if !causes.is_empty() {
@@ -749,17 +741,15 @@ impl State {
                     causes,
                 ));
             }
-            return self.create(
-                &storage,
-                stored.version,
-                namespace,
-                value,
-                params,
-                ownership,
-            );
+            let stored_scope = WriteScope {
+                rt: &storage,
+                version: stored.version,
+                ..scope
+            };
+            return self.create(stored_scope, value, ownership);
         }
-        let prepared = Self::prepare_new(rt, version, namespace, value, params, ownership)?;
-        self.insert_new(rt, version, namespace, prepared, params, ownership)
+        let prepared = Self::prepare_new(scope, value, ownership)?;
+        self.insert_new(scope, prepared, ownership)
     }
 
     /// The state-free part of a create (of a kind that is not a view):
@@ -768,14 +758,12 @@ impl State {
     /// create runs it outside the state lock, so a large object's
     /// validation does not hold every other request up.
     pub(super) fn prepare_new(
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         mut value: Value,
-        params: &WriteParams,
         ownership: Ownership,
     ) -> Result<NewObject, ApiError> {
-        check_namespace(rt, namespace, &mut value)?;
+        let rt = scope.rt;
+        check_namespace(rt, scope.namespace, &mut value)?;
         fold_string_data(rt, &mut value);
         let generated_prefix = {
             let meta =
@@ -852,16 +840,16 @@ impl State {
                 value["status"] = serde_json::from_str(initial).unwrap_or(Value::Null);
             }
         }
-        let mut value = normalize(rt, version, value, params)?;
+        let mut value = normalize(scope, value)?;
         // As on the real server: the field manager records the decoded
         // body, admission and the create strategy add to it, then the
         // result is validated.
         let recorded = ownership == Ownership::Record && !is_crd_type(rt);
         if recorded {
-            record_create(rt, version, params, &mut value);
+            record_create(scope, &mut value);
         }
         crate::defaults::admit(&rt.group, &rt.kind, &mut value);
-        check_valid(rt, version, &value, None)?;
+        check_valid(rt, scope.version, &value, None)?;
         Ok(NewObject {
             value,
             generated_prefix,
@@ -873,13 +861,16 @@ impl State {
     /// name, and the commit.
     pub(super) fn insert_new(
         &mut self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         prepared: NewObject,
-        params: &WriteParams,
         ownership: Ownership,
     ) -> Result<Arc<StoredObject>, ApiError> {
+        let WriteScope {
+            rt,
+            namespace,
+            params,
+            ..
+        } = scope;
         let NewObject {
             mut value,
             generated_prefix,
@@ -922,7 +913,7 @@ impl State {
             self.prepare_crd(&mut value)?;
         }
         if ownership == Ownership::Record && !recorded {
-            record_create(rt, version, params, &mut value);
+            record_create(scope, &mut value);
         }
         if rt.group.is_empty() && rt.kind == "Service" {
             self.service_addresses().allocate(&mut value);
@@ -984,37 +975,25 @@ impl State {
         value
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn patch(
         &mut self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
+        sub: Subresource,
         kind: PatchKind,
         body: &[u8],
-        sub: Subresource,
-        params: &WriteParams,
     ) -> Result<Arc<StoredObject>, ApiError> {
         if kind == PatchKind::Apply {
-            return self.server_side_apply(rt, version, namespace, name, body, sub, params);
+            return self.server_side_apply(scope, name, sub, body);
         }
-        let current = self.existing(rt, namespace, name)?;
-        let doc = Self::patched_document(rt, version, &current, kind, body)?;
-        let params = WriteParams {
-            origin: WriteOrigin::Patch,
-            ..params.clone()
+        let current = self.existing(scope.rt, scope.namespace, name)?;
+        let doc = Self::patched_document(scope.rt, scope.version, &current, kind, body)?;
+        let params = scope.params.for_patched_object();
+        let scope = WriteScope {
+            params: &params,
+            ..scope
         };
-        self.update(
-            rt,
-            version,
-            namespace,
-            name,
-            doc,
-            sub,
-            &params,
-            Ownership::Record,
-        )
+        self.update(scope, name, sub, doc, Ownership::Record)
     }
 
     /// `current` as seen through `version` (and its view, for a view
@@ -1047,17 +1026,19 @@ impl State {
         Ok(doc)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn server_side_apply(
         &mut self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
-        body: &[u8],
         sub: Subresource,
-        params: &WriteParams,
+        body: &[u8],
     ) -> Result<Arc<StoredObject>, ApiError> {
+        let WriteScope {
+            rt,
+            version,
+            namespace,
+            ..
+        } = scope;
         if let Some((storage, stored)) = self.stored_type(rt) {
             let mut applied = parse_apply_body(body)?;
             if !applied.is_object() {
@@ -1068,44 +1049,23 @@ impl State {
             check_type(rt, version, &mut applied)?;
             let converted = serde_json::to_vec(&(stored.from_view)(applied))
                 .map_err(|e| ApiError::internal(e.to_string()))?;
-            return self.server_side_apply(
-                &storage,
-                stored.version,
-                namespace,
-                name,
-                &converted,
-                sub,
-                params,
-            );
+            let stored_scope = WriteScope {
+                rt: &storage,
+                version: stored.version,
+                ..scope
+            };
+            return self.server_side_apply(stored_scope, name, sub, &converted);
         }
         let applied = Self::apply_configuration(rt, version, name, body, sub)?;
         let current = self.existing(rt, namespace, name).ok();
         let live = current.as_ref().map(|c| Self::value_at(rt, version, c));
-        let merged = Self::merge_apply(
-            rt,
-            version,
-            name,
-            applied,
-            sub,
-            params,
-            current.as_deref(),
-            live.as_ref(),
-        )?;
+        let merged =
+            Self::merge_apply(scope, name, sub, applied, current.as_deref(), live.as_ref())?;
         match current {
-            None => self.create(rt, version, namespace, merged, params, Ownership::Applied),
+            None => self.create(scope, merged, Ownership::Applied),
             // The live object was just parsed for the merge: the update
             // starts from it instead of parsing the stored JSON again.
-            Some(_) => self.update_from(
-                rt,
-                version,
-                namespace,
-                name,
-                merged,
-                sub,
-                params,
-                Ownership::Applied,
-                live,
-            ),
+            Some(_) => self.update_from(scope, name, sub, merged, Ownership::Applied, live),
         }
     }
 
@@ -1160,19 +1120,22 @@ impl State {
     }
 
     /// The apply's preconditions against `current` (the stored object, if
-    /// any; `live` is it parsed at `version`), then the merge of the
-    /// configuration into it.
-    #[allow(clippy::too_many_arguments)]
+    /// any; `live` is it parsed at the scope's version), then the merge of
+    /// the configuration into it.
     pub(super) fn merge_apply(
-        rt: &ResourceType,
-        version: &str,
+        scope: WriteScope<'_>,
         name: &str,
-        applied: Value,
         sub: Subresource,
-        params: &WriteParams,
+        applied: Value,
         current: Option<&StoredObject>,
         live: Option<&Value>,
     ) -> Result<Value, ApiError> {
+        let WriteScope {
+            rt,
+            version,
+            params,
+            ..
+        } = scope;
         let wanted_rv = meta_str(&applied, "resourceVersion").unwrap_or_default();
         if !wanted_rv.is_empty() {
             match current {
@@ -1212,39 +1175,30 @@ impl State {
         .map_err(apply_error)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn update(
         &mut self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
-        value: Value,
         sub: Subresource,
-        params: &WriteParams,
+        value: Value,
         ownership: Ownership,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        self.update_from(
-            rt, version, namespace, name, value, sub, params, ownership, None,
-        )
+        self.update_from(scope, name, sub, value, ownership, None)
     }
 
     /// [`update`](Self::update) with the stored object already parsed at
-    /// `version` (`known_old`), when the caller has it.
-    #[allow(clippy::too_many_arguments)]
+    /// the scope's version (`known_old`), when the caller has it.
     fn update_from(
         &mut self,
-        rt: &ResourceType,
-        version: &str,
-        namespace: Option<&str>,
+        scope: WriteScope<'_>,
         name: &str,
-        mut value: Value,
         sub: Subresource,
-        params: &WriteParams,
+        mut value: Value,
         ownership: Ownership,
         known_old: Option<Value>,
     ) -> Result<Arc<StoredObject>, ApiError> {
-        check_type(rt, version, &mut value)?;
+        let WriteScope { rt, namespace, .. } = scope;
+        check_type(rt, scope.version, &mut value)?;
         if let Some((storage, stored)) = self.stored_type(rt) {
             let value = (stored.from_view)(value);
             let old = self.existing(&storage, namespace, name)?.value();
@@ -1257,38 +1211,23 @@ impl State {
                     causes,
                 ));
             }
-            return self.update(
-                &storage,
-                stored.version,
-                namespace,
-                name,
-                value,
-                sub,
-                params,
-                ownership,
-            );
+            let stored_scope = WriteScope {
+                rt: &storage,
+                version: stored.version,
+                ..scope
+            };
+            return self.update(stored_scope, name, sub, value, ownership);
         }
         check_body(rt, namespace, name, &mut value)?;
         let current = self.existing(rt, namespace, name)?;
-        let outcome = prepare_update(
-            rt,
-            version,
-            name,
-            value,
-            sub,
-            params,
-            ownership,
-            &current,
-            known_old,
-            |new| {
-                if is_crd_type(rt) {
-                    self.prepare_crd(new)
-                } else {
-                    Ok(())
-                }
-            },
-        )?;
-        self.finish_update(rt, outcome, current, params)
+        let outcome = prepare_update(scope, sub, value, ownership, &current, known_old, |new| {
+            if is_crd_type(rt) {
+                self.prepare_crd(new)
+            } else {
+                Ok(())
+            }
+        })?;
+        self.finish_update(scope, outcome, current)
     }
 }
 
@@ -1336,12 +1275,16 @@ mod tests {
             kept: KeptObject::wanted(),
             ..WriteParams::default()
         };
+        let scope = |params| WriteScope {
+            rt: &rt,
+            version: "v1",
+            namespace: Some("default"),
+            params,
+        };
         let body = json!({"metadata": {"name": "c"}, "data": {"k": "v"}});
 
         let params = asking();
-        let created = store
-            .create(&rt, "v1", Some("default"), body.clone(), &params)
-            .unwrap();
+        let created = store.create(scope(&params), body.clone()).unwrap();
         let kept = params.kept.take_for(&created).expect("a create keeps it");
         assert_eq!(serde_json::to_vec(&kept).unwrap(), created.json);
         assert!(params.kept.take_for(&created).is_none(), "taken once");
@@ -1349,14 +1292,11 @@ mod tests {
         let params = asking();
         let patched = store
             .patch(
-                &rt,
-                "v1",
-                Some("default"),
+                scope(&params),
                 "c",
+                Subresource::Main,
                 PatchKind::Merge,
                 br#"{"data":{"k":"v2"}}"#,
-                Subresource::Main,
-                &params,
             )
             .unwrap();
         let kept = params.kept.take_for(&patched).expect("a patch keeps it");
@@ -1367,30 +1307,14 @@ mod tests {
         let mut again = kept.clone();
         again["data"]["k"] = json!("v3");
         let updated = store
-            .update(
-                &rt,
-                "v1",
-                Some("default"),
-                "c",
-                again,
-                Subresource::Main,
-                &params,
-            )
+            .update(scope(&params), "c", Subresource::Main, again)
             .unwrap();
         assert!(params.kept.take_for(&patched).is_none());
 
         // An update that changes nothing stores nothing, and keeps nothing.
         let params = asking();
         let unchanged = store
-            .update(
-                &rt,
-                "v1",
-                Some("default"),
-                "c",
-                updated.value(),
-                Subresource::Main,
-                &params,
-            )
+            .update(scope(&params), "c", Subresource::Main, updated.value())
             .unwrap();
         assert!(Arc::ptr_eq(&unchanged, &updated));
         assert!(params.kept.take_for(&unchanged).is_none());
@@ -1398,13 +1322,7 @@ mod tests {
         // Nobody asked: nothing is kept.
         let params = WriteParams::default();
         let other = store
-            .create(
-                &rt,
-                "v1",
-                Some("default"),
-                json!({"metadata": {"name": "d"}}),
-                &params,
-            )
+            .create(scope(&params), json!({"metadata": {"name": "d"}}))
             .unwrap();
         assert!(params.kept.take_for(&other).is_none());
     }
