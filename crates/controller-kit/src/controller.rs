@@ -36,7 +36,9 @@ type ReconcileFn<K> = Arc<
         + Send
         + Sync,
 >;
-type Attach<K> = Box<dyn Fn(&Enqueue<K>) -> Box<dyn FnOnce() + Send> + Send + Sync>;
+/// Undoes one attachment of a handler to a cache.
+type Detach = Box<dyn FnOnce() + Send>;
+type Attach<K> = Box<dyn Fn(&Enqueue<K>) -> Detach + Send + Sync>;
 
 /// Adds keys to a controller's queue, through its coalescer if it has one.
 pub struct Enqueue<K: QueueKey> {
@@ -177,15 +179,111 @@ pub trait LeaderWork: Send + Sync {
     ) -> Result<RunningWork, ConfigError>;
 }
 
-/// Started leader work; `stop` detaches, shuts down and drains it.
+/// Called after each reconcile with the pool's name, how long it took and whether it
+/// succeeded: for a controller that keeps its own reconcile metrics.
+pub type ReconcileObserver = Arc<dyn Fn(&str, Duration, bool) + Send + Sync>;
+
+/// Workers over one queue (and its coalescer, if any) for a [`RunningWork`]. Several
+/// pools in one `RunningWork` let one leader term run queues that feed each other.
+pub struct WorkerPool<K: QueueKey> {
+    name: String,
+    queue: WorkQueue<K>,
+    coalescer: Option<Coalescer<K>>,
+    reconcile: ReconcileFn<K>,
+    observer: Option<ReconcileObserver>,
+}
+
+impl<K: QueueKey> WorkerPool<K> {
+    /// Workers named `name` (in logs and observations) reconciling the keys of `queue`.
+    pub fn new<R, F>(name: impl Into<String>, queue: WorkQueue<K>, reconcile: R) -> Self
+    where
+        R: Fn(K, CancellationToken) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+    {
+        Self::from_fn(
+            name,
+            queue,
+            Arc::new(move |key, cancel| reconcile(key, cancel).boxed()),
+        )
+    }
+
+    fn from_fn(name: impl Into<String>, queue: WorkQueue<K>, reconcile: ReconcileFn<K>) -> Self {
+        Self {
+            name: name.into(),
+            queue,
+            coalescer: None,
+            reconcile,
+            observer: None,
+        }
+    }
+
+    /// The coalescer in front of the queue: told when a key starts and finishes, so
+    /// changes made meanwhile are delivered after a success.
+    pub fn coalescer(mut self, coalescer: Coalescer<K>) -> Self {
+        self.coalescer = Some(coalescer);
+        self
+    }
+
+    /// Reports every reconcile to `observer`.
+    pub fn observe(mut self, observer: ReconcileObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+}
+
+/// Started leader work. [`RunningWork::drain`] detaches, shuts down and drains it;
+/// dropping it (a term aborted midway) detaches and shuts down at once and aborts the
+/// workers, so no handler, queue or worker outlives its term.
 pub struct RunningWork {
     name: String,
-    detach: Vec<Box<dyn FnOnce() + Send>>,
-    shutdown: Box<dyn FnOnce() + Send>,
+    cancel: CancellationToken,
+    detach: Vec<Detach>,
+    shutdown: Vec<Box<dyn FnOnce() + Send>>,
+    on_end: Vec<Box<dyn FnOnce() + Send>>,
     workers: JoinSet<()>,
 }
 
 impl RunningWork {
+    /// Nothing running yet, for work named `name` whose leadership ends with `cancel`.
+    pub fn new(name: impl Into<String>, cancel: CancellationToken) -> Self {
+        Self {
+            name: name.into(),
+            cancel,
+            detach: Vec::new(),
+            shutdown: Vec::new(),
+            on_end: Vec::new(),
+            workers: JoinSet::new(),
+        }
+    }
+
+    /// Undoes one handler attachment when the work stops (in reverse order of adding).
+    pub fn on_detach(&mut self, detach: impl FnOnce() + Send + 'static) {
+        self.detach.push(Box::new(detach));
+    }
+
+    /// Runs `f` once the work is over: drained, aborted or dropped.
+    pub fn on_end(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.on_end.push(Box::new(f));
+    }
+
+    /// Starts `count` workers of `pool`; its coalescer and queue shut down when the
+    /// work stops.
+    pub fn spawn<K: QueueKey>(&mut self, pool: WorkerPool<K>, count: usize) {
+        for _ in 0..count {
+            self.workers
+                .spawn(run_worker(pool.clone_handles(), self.cancel.clone()));
+        }
+        let WorkerPool {
+            queue, coalescer, ..
+        } = pool;
+        self.shutdown.push(Box::new(move || {
+            if let Some(coalescer) = &coalescer {
+                coalescer.shutdown();
+            }
+            queue.shut_down();
+        }));
+    }
+
     /// Detaches the handlers in reverse order of attachment (no new work arrives).
     pub fn detach_handlers(&mut self) {
         while let Some(detach) = self.detach.pop() {
@@ -193,15 +291,23 @@ impl RunningWork {
         }
     }
 
-    /// Shuts the queue down and waits for the workers, at most `timeout`; workers still
+    fn stop_intake(&mut self) {
+        self.detach_handlers();
+        for shutdown in self.shutdown.drain(..) {
+            shutdown();
+        }
+    }
+
+    /// Shuts the queues down and waits for the workers, at most `timeout`; workers still
     /// running then are aborted. Returns false if any had to be aborted.
     pub async fn drain(mut self, timeout: Duration) -> bool {
-        self.detach_handlers();
-        (self.shutdown)();
+        self.stop_intake();
+        let name = self.name.clone();
+        let workers = &mut self.workers;
         let drained = tokio::time::timeout(timeout, async {
-            while let Some(result) = self.workers.join_next().await {
+            while let Some(result) = workers.join_next().await {
                 if let Err(error) = result {
-                    tracing::error!(controller = %self.name, %error, "worker panicked");
+                    tracing::error!(controller = %name, %error, "worker panicked");
                 }
             }
         })
@@ -212,6 +318,29 @@ impl RunningWork {
             self.workers.shutdown().await;
         }
         drained
+    }
+}
+
+impl Drop for RunningWork {
+    fn drop(&mut self) {
+        self.stop_intake();
+        // A no-op after a drain; otherwise the term was aborted and its workers go too.
+        self.workers.abort_all();
+        for f in self.on_end.drain(..) {
+            f();
+        }
+    }
+}
+
+impl<K: QueueKey> WorkerPool<K> {
+    fn clone_handles(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            queue: self.queue.clone(),
+            coalescer: self.coalescer.clone(),
+            reconcile: Arc::clone(&self.reconcile),
+            observer: self.observer.clone(),
+        }
     }
 }
 
@@ -230,54 +359,34 @@ impl<K: QueueKey> LeaderWork for Controller<K> {
             .rate_limiter(self.rate_limiter.build())
             .metrics(metrics)
             .build();
-        let coalescer = match &self.coalescer {
-            Some(config) => Some(Coalescer::new(queue.clone(), config)?),
-            None => None,
-        };
-        let enqueue = Enqueue {
-            queue: queue.clone(),
-            coalescer: coalescer.clone(),
-        };
-        let detach = self
-            .attachers
-            .iter()
-            .map(|attach| attach(&enqueue))
-            .collect();
-        let mut workers = JoinSet::new();
-        for _ in 0..self.workers {
-            workers.spawn(run_worker(
-                self.name.clone(),
-                queue.clone(),
-                coalescer.clone(),
-                Arc::clone(&self.reconcile),
-                cancel.clone(),
-            ));
+        let mut pool = WorkerPool::from_fn(&self.name, queue.clone(), Arc::clone(&self.reconcile));
+        if let Some(config) = &self.coalescer {
+            pool = pool.coalescer(Coalescer::new(queue.clone(), config)?);
         }
-        let shutdown = Box::new(move || {
-            if let Some(coalescer) = &coalescer {
-                coalescer.shutdown();
-            }
-            queue.shut_down();
-        });
-        Ok(RunningWork {
-            name: self.name.clone(),
-            detach,
-            shutdown,
-            workers,
-        })
+        let enqueue = Enqueue {
+            queue,
+            coalescer: pool.coalescer.clone(),
+        };
+        let mut running = RunningWork::new(self.name.clone(), cancel);
+        for attach in &self.attachers {
+            running.detach.push(attach(&enqueue));
+        }
+        running.spawn(pool, self.workers);
+        Ok(running)
     }
 }
 
-/// The generic worker loop, as upstream Mokka runs each of its controllers: get, reconcile,
-/// forget on success, retry rate-limited on failure unless leadership or the queue is
-/// ending.
-async fn run_worker<K: QueueKey>(
-    name: String,
-    queue: WorkQueue<K>,
-    coalescer: Option<Coalescer<K>>,
-    reconcile: ReconcileFn<K>,
-    cancel: CancellationToken,
-) {
+/// The one worker loop of every controller, as upstream Mokka runs each of its
+/// controllers: get, reconcile, forget on success, retry rate-limited on failure unless
+/// leadership or the queue is ending.
+async fn run_worker<K: QueueKey>(pool: WorkerPool<K>, cancel: CancellationToken) {
+    let WorkerPool {
+        name,
+        queue,
+        coalescer,
+        reconcile,
+        observer,
+    } = pool;
     while let Some(key) = queue.get().await {
         if cancel.is_cancelled() {
             queue.forget(&key);
@@ -287,21 +396,22 @@ async fn run_worker<K: QueueKey>(
         if let Some(coalescer) = &coalescer {
             coalescer.start(&key);
         }
+        let started = tokio::time::Instant::now();
         let result = reconcile(key.clone(), cancel.clone()).await;
+        if let Some(observer) = &observer {
+            observer(&name, started.elapsed(), result.is_ok());
+        }
+        if let Some(coalescer) = &coalescer {
+            coalescer.finish(&key, result.is_ok());
+        }
         match result {
             Ok(action) => {
-                if let Some(coalescer) = &coalescer {
-                    coalescer.finish(&key, true);
-                }
                 queue.forget(&key);
                 if let Action::RequeueAfter(delay) = action {
                     queue.add_after(key.clone(), delay);
                 }
             }
             Err(error) => {
-                if let Some(coalescer) = &coalescer {
-                    coalescer.finish(&key, false);
-                }
                 if !cancel.is_cancelled() && !queue.is_shutting_down() {
                     queue.add_rate_limited(key.clone());
                 }
@@ -467,6 +577,114 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert!(!running.drain(Duration::from_secs(2)).await);
         assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pools_of_one_term_feed_each_other_observe_and_stop_together() {
+        let metrics = WorkQueueMetrics::default();
+        let first: WorkQueue<String> = WorkQueue::builder("first").metrics(&metrics).build();
+        let second: WorkQueue<u32> = WorkQueue::builder("second").metrics(&metrics).build();
+        let reached = Arc::new(Mutex::new(Vec::new()));
+        let observed = Arc::new(Mutex::new(Vec::new()));
+        let observer: ReconcileObserver = {
+            let observed = Arc::clone(&observed);
+            Arc::new(move |pool: &str, _took, ok| observed.lock().push((pool.to_string(), ok)))
+        };
+        let ended = Arc::new(AtomicUsize::new(0));
+        let mut running = RunningWork::new("term", CancellationToken::new());
+        {
+            let ended = Arc::clone(&ended);
+            running.on_end(move || {
+                ended.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        let forward = second.clone();
+        running.spawn(
+            WorkerPool::new("first", first.clone(), move |key: String, _cancel| {
+                forward.add(u32::try_from(key.len()).unwrap_or(u32::MAX));
+                async { Ok(Action::AwaitChange) }
+            })
+            .observe(Arc::clone(&observer)),
+            2,
+        );
+        {
+            let reached = Arc::clone(&reached);
+            running.spawn(
+                WorkerPool::new("second", second.clone(), move |key: u32, _cancel| {
+                    reached.lock().push(key);
+                    async { Ok(Action::AwaitChange) }
+                })
+                .observe(observer),
+                1,
+            );
+        }
+        first.add("abc".to_string());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(*reached.lock(), vec![3]);
+        assert_eq!(
+            *observed.lock(),
+            vec![("first".to_string(), true), ("second".to_string(), true)]
+        );
+        assert_eq!(ended.load(Ordering::SeqCst), 0);
+        assert!(running.drain(Duration::from_secs(1)).await);
+        assert!(first.is_shutting_down() && second.is_shutting_down());
+        assert_eq!(ended.load(Ordering::SeqCst), 1, "the end hook runs once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_running_work_detaches_shuts_down_and_aborts_at_once() {
+        let queue: WorkQueue<String> = WorkQueue::builder("stuck").build();
+        let entered = Arc::new(AtomicUsize::new(0));
+        let mut running = RunningWork::new("aborted", CancellationToken::new());
+        let detached = Arc::new(AtomicUsize::new(0));
+        {
+            let detached = Arc::clone(&detached);
+            running.on_detach(move || {
+                detached.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        let ended = Arc::new(AtomicUsize::new(0));
+        {
+            let ended = Arc::clone(&ended);
+            running.on_end(move || {
+                ended.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        // Counts who still holds the reconcile: the abort must drop the call in flight.
+        let guard = Arc::new(());
+        {
+            let (entered, guard) = (Arc::clone(&entered), Arc::clone(&guard));
+            running.spawn(
+                WorkerPool::new("stuck", queue.clone(), move |_key: String, _cancel| {
+                    entered.fetch_add(1, Ordering::SeqCst);
+                    let guard = Arc::clone(&guard);
+                    async move {
+                        let _held = guard;
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        Ok(Action::AwaitChange)
+                    }
+                }),
+                1,
+            );
+        }
+        queue.add("k".to_string());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(entered.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            Arc::strong_count(&guard),
+            3,
+            "held by the pool and the call"
+        );
+        drop(running);
+        assert_eq!(detached.load(Ordering::SeqCst), 1);
+        assert_eq!(ended.load(Ordering::SeqCst), 1);
+        assert!(queue.is_shutting_down());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            Arc::strong_count(&guard),
+            1,
+            "the aborted worker is gone with its call and its pool"
+        );
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! * [`coalescer`]: per-key status coalescing in front of a queue ([`Coalescer`]).
 //! * [`caches`]: process-lifetime reflector stores with transforms, indexes and handlers ([`Caches`]).
 //! * [`leader`]: Lease leader election with client-go semantics ([`LeaderElector`], [`LeaseLock`]).
-//! * [`controller`]: queue-driven controllers that run only while leading ([`Controller`]).
-//! * [`manager`]: caches + election + leader-lifetime work for one replica ([`Manager`]).
+//! * [`controller`]: queue-driven controllers that run only while leading ([`Controller`]),
+//!   and the one worker loop under every leadership term ([`RunningWork`], [`WorkerPool`]).
+//! * [`manager`]: caches + election + leader-lifetime work for one replica ([`Manager`],
+//!   [`Replica`]).
 //! * [`readiness`]: the stopped/waiting/standby/leader state machine ([`Readiness`]).
 //! * [`serve`]: `/healthz`, `/readyz`, `/metrics` and controller routes ([`serve::AdminServer`]).
 //! * [`telemetry`]: logging on stderr and signal handling; [`events`]: Kubernetes Events;
@@ -29,11 +31,11 @@ pub mod telemetry;
 
 pub use caches::{CachedStore, Caches, ObjectEvent, StoreOptions};
 pub use coalescer::{Coalescer, CoalescerConfig};
-pub use controller::{Action, Controller, Enqueue, ReconcileError};
+pub use controller::{Action, Controller, Enqueue, ReconcileError, RunningWork, WorkerPool};
 pub use error::ConfigError;
 pub use events::EventSink;
 pub use leader::{LeaderElectionConfig, LeaderElector, LeaseLock};
-pub use manager::{Manager, ManagerConfig, ManagerError};
+pub use manager::{Manager, ManagerConfig, ManagerError, Replica};
 pub use metrics::MetricsRegistry;
 pub use queue::{RateLimiter, RateLimiterConfig, WorkQueue, WorkQueueMetrics};
 pub use rate_limit::{RateLimitLayer, TokenBucket, rate_limited_client};

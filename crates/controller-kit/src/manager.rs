@@ -16,6 +16,7 @@
 //!    standby; its caches keep running throughout.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -47,7 +48,7 @@ impl ManagerConfig {
     pub fn new(election: LeaderElectionConfig) -> Self {
         Self {
             election,
-            drain_timeout: Duration::from_secs(20),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             leader_election: true,
         }
     }
@@ -72,15 +73,14 @@ pub enum ManagerError {
 #[error("controller caches are not ready")]
 pub struct CacheNotReady;
 
+/// How long [`ManagerConfig::new`] lets workers drain.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Runs caches, election and leader-lifetime controllers for one replica.
 pub struct Manager {
     client: kube::Client,
     config: ManagerConfig,
-    caches: Caches,
-    readiness: Readiness,
-    work: Vec<Arc<dyn LeaderWork>>,
-    queue_metrics: WorkQueueMetrics,
-    election_metrics: LeaderElectionMetrics,
+    replica: Replica,
 }
 
 impl Manager {
@@ -91,6 +91,58 @@ impl Manager {
         metrics: &MetricsRegistry,
     ) -> Result<Self, ConfigError> {
         config.election.validate()?;
+        Ok(Self {
+            client,
+            config,
+            replica: Replica::new(metrics),
+        })
+    }
+
+    /// The process-lifetime caches; add stores before `run`.
+    pub fn caches(&self) -> &Caches {
+        self.replica.caches()
+    }
+
+    /// The replica's readiness (serve it on `/readyz`).
+    pub fn readiness(&self) -> Readiness {
+        self.replica.readiness()
+    }
+
+    /// This replica's election identity.
+    pub fn identity(&self) -> &str {
+        &self.config.election.identity
+    }
+
+    /// Adds leader-lifetime work (typically a [`crate::controller::Controller`]).
+    pub fn add(&mut self, work: impl LeaderWork + 'static) -> &mut Self {
+        self.replica.add(work);
+        self
+    }
+
+    /// Runs until `shutdown` is cancelled. Returns an error only when the caches cannot
+    /// run or stop before syncing.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
+        self.replica.run(self.client, &self.config, shutdown).await
+    }
+}
+
+/// What a [`Manager`] runs, for a controller that builds its caches and leader work
+/// before it knows its election settings, or drives leadership terms itself (tests):
+/// the caches, the readiness, the leader-lifetime work and the metrics of its queues
+/// and election. Its methods take `&self`, so it can live inside a shared controller.
+pub struct Replica {
+    caches: Caches,
+    readiness: Readiness,
+    work: Vec<Arc<dyn LeaderWork>>,
+    queue_metrics: WorkQueueMetrics,
+    election_metrics: LeaderElectionMetrics,
+    /// Set while a term runs: a second term at once would double every write.
+    term_running: Arc<AtomicBool>,
+}
+
+impl Replica {
+    /// A replica whose queue and election metrics are registered in `metrics`.
+    pub fn new(metrics: &MetricsRegistry) -> Self {
         let readiness = Readiness::new();
         let (queue_metrics, election_metrics) = {
             let mut registry = metrics.write();
@@ -99,15 +151,14 @@ impl Manager {
                 LeaderElectionMetrics::register(&mut registry),
             )
         };
-        Ok(Self {
-            client,
-            config,
+        Self {
             caches: Caches::with_readiness(readiness.clone()),
             readiness,
             work: Vec::new(),
             queue_metrics,
             election_metrics,
-        })
+            term_running: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// The process-lifetime caches; add stores before `run`.
@@ -120,25 +171,22 @@ impl Manager {
         self.readiness.clone()
     }
 
-    /// This replica's election identity.
-    pub fn identity(&self) -> &str {
-        &self.config.election.identity
-    }
-
-    /// Adds leader-lifetime work (typically a [`crate::controller::Controller`]).
+    /// Adds leader-lifetime work.
     pub fn add(&mut self, work: impl LeaderWork + 'static) -> &mut Self {
         self.work.push(Arc::new(work));
         self
     }
 
-    /// Runs until `shutdown` is cancelled. Returns an error only when the caches cannot
-    /// run or stop before syncing.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
-        let elector = LeaderElector::new(
-            self.client.clone(),
-            self.config.election.clone(),
-            &self.election_metrics,
-        )?;
+    /// Caches, then the campaign (or, with `leader_election` off, leadership at once),
+    /// until `shutdown` is cancelled. Returns an error only when the election settings
+    /// are invalid or the caches cannot run or stop before syncing.
+    pub async fn run(
+        &self,
+        client: kube::Client,
+        config: &ManagerConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(), ManagerError> {
+        let elector = LeaderElector::new(client, config.election.clone(), &self.election_metrics)?;
         // The caches outlive the election so a draining leader and a standby keep reading.
         let caches_stop = CancellationToken::new();
         let mut cache_task = {
@@ -155,10 +203,14 @@ impl Manager {
             }
             () = shutdown.cancelled() => false,
         };
-        if synced && self.config.leader_election {
-            self.campaign(&elector, &shutdown).await;
+        if synced && config.leader_election {
+            self.campaign(&elector, config.drain_timeout, &shutdown)
+                .await;
         } else if synced {
-            self.lead_without_election(&shutdown).await;
+            self.lifetime(config.drain_timeout)
+                .run(shutdown.child_token())
+                .await;
+            self.readiness.stopped_leading();
         }
         self.readiness.stopped();
         caches_stop.cancel();
@@ -166,30 +218,41 @@ impl Manager {
         Ok(())
     }
 
+    /// One leadership term without an election: refuses before the caches are ready;
+    /// otherwise starts every leader work, runs until `leader_token` is cancelled and
+    /// then stops them, draining workers for at most `drain_timeout`.
+    pub async fn lead(
+        &self,
+        leader_token: CancellationToken,
+        drain_timeout: Duration,
+    ) -> Result<(), CacheNotReady> {
+        self.lifetime(drain_timeout).lead(leader_token).await
+    }
+
     /// What one leadership term runs.
-    fn lifetime(&self) -> LeaderLifetime {
+    fn lifetime(&self, drain_timeout: Duration) -> LeaderLifetime {
         LeaderLifetime {
             caches: self.caches.clone(),
             readiness: self.readiness.clone(),
             work: self.work.clone(),
             queue_metrics: self.queue_metrics.clone(),
-            drain_timeout: self.config.drain_timeout,
+            drain_timeout,
+            term_running: Arc::clone(&self.term_running),
         }
     }
 
-    /// Leader work for the whole life of the process, no Lease involved.
-    async fn lead_without_election(&self, shutdown: &CancellationToken) {
-        self.lifetime().run(shutdown.child_token()).await;
-        self.readiness.stopped_leading();
-    }
-
-    async fn campaign(&self, elector: &LeaderElector, shutdown: &CancellationToken) {
+    async fn campaign(
+        &self,
+        elector: &LeaderElector,
+        drain_timeout: Duration,
+        shutdown: &CancellationToken,
+    ) {
         let identity = elector.identity().to_string();
         let readiness = self.readiness.clone();
         let on_new_leader = move |holder: &str| readiness.observed_leader(holder, &identity);
         loop {
             self.readiness.campaigning();
-            let lifetime = self.lifetime();
+            let lifetime = self.lifetime(drain_timeout);
             let outcome = elector
                 .run(shutdown, &on_new_leader, move |leader_token| {
                     lifetime.run(leader_token)
@@ -227,41 +290,75 @@ struct LeaderLifetime {
     work: Vec<Arc<dyn LeaderWork>>,
     queue_metrics: WorkQueueMetrics,
     drain_timeout: Duration,
+    term_running: Arc<AtomicBool>,
 }
 
 impl LeaderLifetime {
     async fn run(self, leader_token: CancellationToken) {
         self.readiness.became_leader();
-        if !self.caches.cache_ready() {
-            tracing::error!(error = %CacheNotReady, "not starting leader work");
-            return;
+        if let Err(error) = self.lead(leader_token).await {
+            tracing::error!(%error, "not starting leader work");
         }
-        let mut running: Vec<RunningWork> = Vec::with_capacity(self.work.len());
+    }
+
+    async fn lead(&self, leader_token: CancellationToken) -> Result<(), CacheNotReady> {
+        if !self.caches.cache_ready() {
+            return Err(CacheNotReady);
+        }
+        if self.term_running.swap(true, Ordering::SeqCst) {
+            tracing::error!("leader work is already running in this process");
+            return Ok(());
+        }
+        let mut term = Term {
+            readiness: self.readiness.clone(),
+            term_running: Arc::clone(&self.term_running),
+            running: Vec::with_capacity(self.work.len()),
+        };
         for work in &self.work {
             match work.start(leader_token.clone(), &self.queue_metrics) {
-                Ok(started) => running.push(started),
+                Ok(started) => term.running.push(started),
                 Err(error) => {
                     tracing::error!(work = work.name(), %error, "leader work failed to start; stepping down");
-                    self.stop(running).await;
-                    return;
+                    term.stop(self.drain_timeout).await;
+                    return Ok(());
                 }
             }
         }
         self.readiness.set_leader_ready(true);
-        tracing::info!(controllers = running.len(), "leader work running");
+        tracing::info!(controllers = term.running.len(), "leader work running");
         leader_token.cancelled().await;
-        self.stop(running).await;
+        term.stop(self.drain_timeout).await;
+        Ok(())
     }
+}
 
-    async fn stop(&self, mut running: Vec<RunningWork>) {
+/// The work of one term. Dropping it (the elector aborts a term that outlives a lost
+/// Lease) detaches, shuts down and aborts whatever still runs, and clears leader
+/// readiness, so the next term starts from nothing.
+struct Term {
+    readiness: Readiness,
+    term_running: Arc<AtomicBool>,
+    running: Vec<RunningWork>,
+}
+
+impl Term {
+    /// Leader readiness off, every handler detached (reverse order), then the workers
+    /// drained, each set bounded by `drain_timeout`.
+    async fn stop(&mut self, drain_timeout: Duration) {
         self.readiness.set_leader_ready(false);
-        for work in running.iter_mut().rev() {
+        for work in self.running.iter_mut().rev() {
             work.detach_handlers();
         }
-        let drains = running
-            .into_iter()
-            .map(|work| work.drain(self.drain_timeout));
+        let drains = self.running.drain(..).map(|work| work.drain(drain_timeout));
         futures::future::join_all(drains).await;
         tracing::info!("leader work drained");
+    }
+}
+
+impl Drop for Term {
+    fn drop(&mut self) {
+        self.readiness.set_leader_ready(false);
+        self.running.clear();
+        self.term_running.store(false, Ordering::SeqCst);
     }
 }

@@ -7,7 +7,12 @@
 //! warm caches, which replays every cached object, and runs the rack,
 //! projection and status workers. [`MokkaController::run`] wires both to
 //! Lease leader election: caches first, then the campaign; leader work is
-//! drained before the Lease is released; a demoted replica keeps its caches.
+//! drained (for at most the drain timeout) before the Lease is released; a
+//! demoted replica keeps its caches.
+//!
+//! The election, the leadership terms, the worker loop and the drain are
+//! controller-kit's ([`Replica`]): Mokka adds one [`LeaderWork`] whose term
+//! runs its four queues, which feed each other.
 //!
 //! Decisions are made by the pure `plan` module; this module reads caches,
 //! asks the planner and writes.
@@ -25,22 +30,21 @@ mod routing;
 mod state;
 mod status;
 
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 use controller_kit::caches::{CacheError, DetachedStore};
-use controller_kit::leader::{ElectionOutcome, LeaderElectionMetrics};
+use controller_kit::controller::{LeaderWork, ReconcileObserver};
+use controller_kit::manager::DEFAULT_DRAIN_TIMEOUT;
+use controller_kit::queue::QueueKey;
 use controller_kit::{
-    CachedStore, Caches, Coalescer, CoalescerConfig, EventSink, LeaderElectionConfig,
-    LeaderElector, MetricsRegistry, RateLimiterConfig, Readiness, StoreOptions, WorkQueue,
-    WorkQueueMetrics,
+    Action, CachedStore, Caches, Coalescer, CoalescerConfig, ConfigError, EventSink,
+    LeaderElectionConfig, ManagerConfig, ManagerError, MetricsRegistry, RateLimiterConfig,
+    Readiness, Replica, RunningWork, StoreOptions, WorkQueue, WorkQueueMetrics, WorkerPool,
 };
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::runtime::watcher;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use metrics::Metrics;
@@ -56,9 +60,7 @@ use nodes::{LiveNodes, node_selector, transform_node};
 use state::Context;
 
 /// The error value of leader work started before the caches synced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("controller caches are not ready")]
-pub struct CacheNotReady;
+pub use controller_kit::manager::CacheNotReady;
 
 /// The controller could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -144,16 +146,16 @@ impl Queues {
 /// One Mokka control-plane replica.
 pub struct MokkaController {
     client: kube::Client,
+    /// The caches, the readiness, the leader work and the election: controller-kit's.
+    replica: Replica,
     caches: Caches,
-    readiness: Readiness,
     context: Arc<Context>,
-    leader_ready: Arc<AtomicBool>,
-    leading: parking_lot::Mutex<bool>,
-    queue_metrics: WorkQueueMetrics,
-    election_metrics: LeaderElectionMetrics,
     registry: MetricsRegistry,
-    queue_depth: Arc<parking_lot::Mutex<Option<Arc<Queues>>>>,
+    queue_depth: QueueDepth,
 }
+
+/// The queues of the running term, for [`MokkaController::queued_keys`].
+type QueueDepth = Arc<parking_lot::Mutex<Option<Arc<Queues>>>>;
 
 impl MokkaController {
     /// Builds the caches and reconcilers; nothing runs until `run_caches`.
@@ -161,15 +163,8 @@ impl MokkaController {
         options.validate()?;
         let registry = MetricsRegistry::new();
         let metrics = Metrics::register(&registry);
-        let (queue_metrics, election_metrics) = {
-            let mut r = registry.write();
-            (
-                WorkQueueMetrics::register(&mut r),
-                LeaderElectionMetrics::register(&mut r),
-            )
-        };
-        let readiness = Readiness::new();
-        let caches = Caches::with_readiness(readiness.clone());
+        let mut replica = Replica::new(&registry);
+        let caches = replica.caches().clone();
         let profiles: CachedStore<SGPURackProfile> = caches.add(
             "sgpurackprofiles",
             Api::all(client.clone()),
@@ -256,17 +251,18 @@ impl MokkaController {
             metrics,
         ));
         routing::attach_process_handlers(&context);
+        let queue_depth = QueueDepth::default();
+        replica.add(LeaderTerm {
+            context: Arc::clone(&context),
+            queue_depth: Arc::clone(&queue_depth),
+        });
         Ok(Self {
             client,
+            replica,
             caches,
-            readiness,
             context,
-            leader_ready: Arc::new(AtomicBool::new(false)),
-            leading: parking_lot::Mutex::new(false),
-            queue_metrics,
-            election_metrics,
             registry,
-            queue_depth: Arc::default(),
+            queue_depth,
         })
     }
 
@@ -300,12 +296,12 @@ impl MokkaController {
 
     /// True while leader handlers are attached and workers run.
     pub fn leader_ready(&self) -> bool {
-        self.leader_ready.load(Ordering::SeqCst)
+        self.replica.readiness().snapshot().leader_ready
     }
 
     /// The replica's readiness (for `/readyz`).
     pub fn readiness(&self) -> Readiness {
-        self.readiness.clone()
+        self.replica.readiness()
     }
 
     /// The metrics registry (for `/metrics`).
@@ -374,138 +370,10 @@ impl MokkaController {
     /// Leader work: refuses before the caches are ready; otherwise attaches
     /// the write-side handlers (replaying every cached object), starts the
     /// workers, sets `leader_ready`, and on `cancel` detaches the handlers
-    /// in reverse order, shuts the queues down and waits for the workers.
+    /// in reverse order, shuts the queues down and waits for the workers
+    /// (at most controller-kit's default drain timeout; then they are aborted).
     pub async fn run_leader(&self, cancel: CancellationToken) -> Result<(), CacheNotReady> {
-        if !self.cache_ready() {
-            return Err(CacheNotReady);
-        }
-        {
-            let mut leading = self.leading.lock();
-            if *leading {
-                tracing::error!("leader work is already running in this process");
-                return Ok(());
-            }
-            *leading = true;
-        }
-        let context = Arc::clone(&self.context);
-        let options = context.options;
-        let status_queue: WorkQueue<StatusKey> = build_queue("status", &self.queue_metrics);
-        let timing = CoalescerConfig {
-            debounce: options.status_debounce,
-            progress_interval: options.effective_progress_interval(),
-        };
-        let groups: WorkQueue<GroupKey> = build_queue("groups", &self.queue_metrics);
-        let coalescers = Coalescer::new(status_queue.clone(), &timing)
-            .and_then(|status| Ok((status, Coalescer::new(groups.clone(), &timing)?)));
-        let (coalescer, group_changes) = match coalescers {
-            Ok(coalescers) => coalescers,
-            Err(error) => {
-                // Options were validated in `new`; this cannot happen.
-                tracing::error!(%error, "a coalescer refused the validated options");
-                *self.leading.lock() = false;
-                return Ok(());
-            }
-        };
-        let queues = Arc::new(Queues {
-            inventories: build_queue("inventories", &self.queue_metrics),
-            groups,
-            group_changes,
-            projections: build_queue("projections", &self.queue_metrics),
-            status_queue,
-            status: coalescer,
-        });
-        *self.queue_depth.lock() = Some(Arc::clone(&queues));
-        let mut term = Term {
-            controller: self,
-            detach: routing::attach_leader_handlers(&context, &queues),
-            queues: Arc::clone(&queues),
-        };
-
-        let mut workers = JoinSet::new();
-        for _ in 0..options.workers {
-            spawn_worker(
-                &mut workers,
-                "inventories",
-                queues.inventories.clone(),
-                None,
-                &cancel,
-                {
-                    let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
-                    move |key: String, cancel| -> BoxFuture<'static, Result<(), BoxError>> {
-                        let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
-                        Box::pin(async move {
-                            racks::reconcile_inventory(&context, &queues, &key, &cancel).await
-                        })
-                    }
-                },
-                &context.metrics,
-            );
-            spawn_worker(
-                &mut workers,
-                "groups",
-                queues.groups.clone(),
-                Some(queues.group_changes.clone()),
-                &cancel,
-                {
-                    let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
-                    move |key: GroupKey, cancel| -> BoxFuture<'static, Result<(), BoxError>> {
-                        let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
-                        Box::pin(async move {
-                            racks::reconcile_group(&context, &queues, &key, &cancel).await
-                        })
-                    }
-                },
-                &context.metrics,
-            );
-            spawn_worker(
-                &mut workers,
-                "projections",
-                queues.projections.clone(),
-                None,
-                &cancel,
-                {
-                    let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
-                    move |key: String, cancel| -> BoxFuture<'static, Result<(), BoxError>> {
-                        let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
-                        Box::pin(async move {
-                            projection::reconcile_node(&context, &queues, &key, &cancel).await
-                        })
-                    }
-                },
-                &context.metrics,
-            );
-            spawn_worker(
-                &mut workers,
-                "status",
-                queues.status_queue.clone(),
-                Some(queues.status.clone()),
-                &cancel,
-                {
-                    let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
-                    move |key: StatusKey, _cancel| -> BoxFuture<'static, Result<(), BoxError>> {
-                        let (context, queues) = (Arc::clone(&context), Arc::clone(&queues));
-                        Box::pin(
-                            async move { status::reconcile_status(&context, &queues, &key).await },
-                        )
-                    }
-                },
-                &context.metrics,
-            );
-        }
-        self.leader_ready.store(true, Ordering::SeqCst);
-        self.readiness.set_leader_ready(true);
-        tracing::info!(workers = options.workers, "leader work running");
-
-        cancel.cancelled().await;
-        term.stop_intake();
-        while let Some(result) = workers.join_next().await {
-            if let Err(error) = result {
-                tracing::error!(%error, "worker panicked");
-            }
-        }
-        drop(term);
-        tracing::info!("leader work drained");
-        Ok(())
+        self.replica.lead(cancel, DEFAULT_DRAIN_TIMEOUT).await
     }
 
     /// The manager: caches, then the Lease campaign; leader work runs while
@@ -516,97 +384,156 @@ impl MokkaController {
         election: LeaderElectionConfig,
         shutdown: CancellationToken,
     ) -> Result<(), ControllerError> {
-        let elector = LeaderElector::new(self.client.clone(), election, &self.election_metrics)?;
-        let caches_stop = CancellationToken::new();
-        let mut cache_task = {
-            let this = Arc::clone(&self);
-            let stop = caches_stop.clone();
-            tokio::spawn(async move { this.run_caches(stop).await })
-        };
-        let synced = tokio::select! {
-            () = self.caches_synced() => true,
-            result = &mut cache_task => {
-                self.readiness.stopped();
-                return match result {
-                    Ok(Ok(())) if shutdown.is_cancelled() => Ok(()),
-                    Ok(Err(error)) => Err(error),
-                    _ => Err(ControllerError::CachesStoppedBeforeSync),
-                };
-            }
-            () = shutdown.cancelled() => false,
-        };
-        if synced {
-            let identity = elector.identity().to_string();
-            let readiness = self.readiness.clone();
-            let on_new_leader = move |holder: &str| readiness.observed_leader(holder, &identity);
-            loop {
-                self.readiness.campaigning();
-                let this = Arc::clone(&self);
-                let readiness = self.readiness.clone();
-                let outcome = elector
-                    .run(&shutdown, &on_new_leader, move |token| async move {
-                        readiness.became_leader();
-                        if let Err(error) = this.run_leader(token).await {
-                            tracing::error!(%error, "not starting leader work");
-                        }
-                    })
-                    .await;
-                self.readiness.stopped_leading();
-                if outcome == ElectionOutcome::Cancelled || shutdown.is_cancelled() {
-                    break;
-                }
-                tracing::warn!(
-                    ?outcome,
-                    "leader election ended unexpectedly; campaigning again as a standby"
-                );
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(elector.config().retry_period) => {}
-                }
-            }
-        }
-        self.readiness.stopped();
-        caches_stop.cancel();
-        match cache_task.await {
-            Ok(result) => result,
-            Err(_) => Err(ControllerError::CachesStoppedBeforeSync),
-        }
+        self.run_with(ManagerConfig::new(election), shutdown).await
+    }
+
+    /// [`MokkaController::run`] with every setting of controller-kit's manager
+    /// (the drain timeout above all).
+    pub async fn run_with(
+        self: Arc<Self>,
+        config: ManagerConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(), ControllerError> {
+        self.replica
+            .run(self.client.clone(), &config, shutdown)
+            .await
+            .map_err(|error| match error {
+                // Upstream's wording for caches that end before syncing.
+                ManagerError::CachesStoppedBeforeSync => ControllerError::CacheSyncFailed,
+                ManagerError::Cache(error) => ControllerError::Cache(error),
+                ManagerError::Config(error) => ControllerError::Config(error),
+            })
     }
 }
 
-/// One leadership term's wiring. Dropping it undoes whatever is still in place, so a
-/// term whose work is aborted (the elector aborts leader work that outlives a lost
-/// lease) leaves no handler attached to the caches, no queue open and no flag saying
-/// that this replica leads or that leader work is running.
-struct Term<'a> {
-    controller: &'a MokkaController,
-    detach: Vec<routing::Detach>,
-    queues: Arc<Queues>,
+/// Mokka's leader work: one term runs four queues (inventories, groups,
+/// projections, status), with coalescers in front of groups and status,
+/// and the handlers that route cache events to them. The reconcilers enqueue
+/// into each other's queues, so they share one [`Queues`] per term.
+struct LeaderTerm {
+    context: Arc<Context>,
+    queue_depth: QueueDepth,
 }
 
-impl Term<'_> {
-    /// No new work: leader readiness off, handlers detached in reverse order, queues
-    /// shut down (workers finish the key they hold and then see the end). Idempotent.
-    fn stop_intake(&mut self) {
-        self.controller.leader_ready.store(false, Ordering::SeqCst);
-        self.controller.readiness.set_leader_ready(false);
-        while let Some(detach) = self.detach.pop() {
-            detach();
+impl LeaderWork for LeaderTerm {
+    fn name(&self) -> &str {
+        "mokka"
+    }
+
+    fn start(
+        &self,
+        cancel: CancellationToken,
+        metrics: &WorkQueueMetrics,
+    ) -> Result<RunningWork, ConfigError> {
+        let options = self.context.options;
+        let timing = CoalescerConfig {
+            debounce: options.status_debounce,
+            progress_interval: options.effective_progress_interval(),
+        };
+        let status_queue: WorkQueue<StatusKey> = build_queue("status", metrics);
+        let groups: WorkQueue<GroupKey> = build_queue("groups", metrics);
+        let queues = Arc::new(Queues {
+            inventories: build_queue("inventories", metrics),
+            group_changes: Coalescer::new(groups.clone(), &timing)?,
+            groups,
+            projections: build_queue("projections", metrics),
+            status: Coalescer::new(status_queue.clone(), &timing)?,
+            status_queue,
+        });
+        let mut running = RunningWork::new("mokka", cancel);
+        *self.queue_depth.lock() = Some(Arc::clone(&queues));
+        {
+            let queue_depth = Arc::clone(&self.queue_depth);
+            running.on_end(move || *queue_depth.lock() = None);
         }
-        self.queues.status.shutdown();
-        self.queues.group_changes.shutdown();
-        self.queues.inventories.shut_down();
-        self.queues.groups.shut_down();
-        self.queues.projections.shut_down();
-        self.queues.status_queue.shut_down();
+        for detach in routing::attach_leader_handlers(&self.context, &queues) {
+            running.on_detach(detach);
+        }
+        let observer: ReconcileObserver = {
+            let metrics = self.context.metrics.clone();
+            Arc::new(move |controller: &str, took, ok| {
+                metrics.observe(controller, took.as_secs_f64(), ok)
+            })
+        };
+        let mut pools = Pools {
+            context: &self.context,
+            queues: &queues,
+            observer,
+            running: &mut running,
+            workers: options.workers,
+        };
+        // Each reconciler gets the term's context and queues, the key and the
+        // leadership token (which status writes do not need).
+        pools.spawn(
+            "inventories",
+            &queues.inventories,
+            None,
+            |context, queues, key: String, cancel| async move {
+                racks::reconcile_inventory(&context, &queues, &key, &cancel).await
+            },
+        );
+        pools.spawn(
+            "groups",
+            &queues.groups,
+            Some(&queues.group_changes),
+            |context, queues, key: GroupKey, cancel| async move {
+                racks::reconcile_group(&context, &queues, &key, &cancel).await
+            },
+        );
+        pools.spawn(
+            "projections",
+            &queues.projections,
+            None,
+            |context, queues, key: String, cancel| async move {
+                projection::reconcile_node(&context, &queues, &key, &cancel).await
+            },
+        );
+        pools.spawn(
+            "status",
+            &queues.status_queue,
+            Some(&queues.status),
+            |context, queues, key: StatusKey, _cancel| async move {
+                status::reconcile_status(&context, &queues, &key).await
+            },
+        );
+        Ok(running)
     }
 }
 
-impl Drop for Term<'_> {
-    fn drop(&mut self) {
-        self.stop_intake();
-        *self.controller.queue_depth.lock() = None;
-        *self.controller.leading.lock() = false;
+/// What every Mokka worker pool of one term shares: the context, the term's
+/// queues, the reconcile metrics and the worker count.
+struct Pools<'a> {
+    context: &'a Arc<Context>,
+    queues: &'a Arc<Queues>,
+    observer: ReconcileObserver,
+    running: &'a mut RunningWork,
+    workers: usize,
+}
+
+impl Pools<'_> {
+    /// Starts the workers called `name` over `queue` (behind `coalescer`)
+    /// running `reconcile`; a success awaits the next change.
+    fn spawn<K, F, Fut>(
+        &mut self,
+        name: &str,
+        queue: &WorkQueue<K>,
+        coalescer: Option<&Coalescer<K>>,
+        reconcile: F,
+    ) where
+        K: QueueKey,
+        F: Fn(Arc<Context>, Arc<Queues>, K, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
+    {
+        let (context, queues) = (Arc::clone(self.context), Arc::clone(self.queues));
+        let mut pool = WorkerPool::new(name, queue.clone(), move |key, cancel| {
+            let reconciled = reconcile(Arc::clone(&context), Arc::clone(&queues), key, cancel);
+            async move { reconciled.await.map(|()| Action::AwaitChange) }
+        })
+        .observe(Arc::clone(&self.observer));
+        if let Some(coalescer) = coalescer {
+            pool = pool.coalescer(coalescer.clone());
+        }
+        self.running.spawn(pool, self.workers);
     }
 }
 
@@ -637,56 +564,4 @@ fn bound(rack: &SGPURack) -> impl Iterator<Item = &crate::api::NodeRef> {
         .filter_map(|node| node.node_ref.as_ref())
 }
 
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The generic worker loop, as upstream Mokka runs each of its
-/// controllers: get, reconcile, forget on success, retry rate-limited on
-/// failure unless leadership or the queue is ending.
-fn spawn_worker<K, F>(
-    workers: &mut JoinSet<()>,
-    name: &'static str,
-    queue: WorkQueue<K>,
-    coalescer: Option<Coalescer<K>>,
-    cancel: &CancellationToken,
-    reconcile: F,
-    metrics: &Metrics,
-) where
-    K: controller_kit::queue::QueueKey,
-    F: Fn(K, CancellationToken) -> BoxFuture<'static, Result<(), BoxError>> + Send + Sync + 'static,
-{
-    let cancel = cancel.clone();
-    let metrics = metrics.clone();
-    workers.spawn(async move {
-        while let Some(key) = queue.get().await {
-            if cancel.is_cancelled() {
-                queue.forget(&key);
-                queue.done(&key);
-                break;
-            }
-            if let Some(coalescer) = &coalescer {
-                coalescer.start(&key);
-            }
-            let started = Instant::now();
-            let result = reconcile(key.clone(), cancel.clone()).await;
-            metrics.observe(name, started.elapsed().as_secs_f64(), result.is_ok());
-            match result {
-                Ok(()) => {
-                    if let Some(coalescer) = &coalescer {
-                        coalescer.finish(&key, true);
-                    }
-                    queue.forget(&key);
-                }
-                Err(error) => {
-                    if let Some(coalescer) = &coalescer {
-                        coalescer.finish(&key, false);
-                    }
-                    if !cancel.is_cancelled() && !queue.is_shutting_down() {
-                        queue.add_rate_limited(key.clone());
-                    }
-                    tracing::error!(controller = name, ?key, %error, "Controller reconciliation failed");
-                }
-            }
-            queue.done(&key);
-        }
-    });
-}
+pub(crate) type BoxError = controller_kit::ReconcileError;

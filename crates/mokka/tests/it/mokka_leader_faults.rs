@@ -270,3 +270,84 @@ async fn an_aborted_leader_term_clears_its_state_and_the_next_term_starts() {
     caches_stop.cancel();
     caches.await.unwrap().unwrap();
 }
+
+/// A worker stuck in a call that does not come back (a rack create the server holds for
+/// two minutes; the reconcile does not watch its token around writes) must not hold the
+/// Lease hostage. On shutdown the leader keeps renewing while its workers drain, so a
+/// drain without a bound would keep the Lease, and every standby out, for as long as
+/// the call hangs. The runtime gives up on the worker after the drain timeout, releases
+/// the Lease, and a standby takes over at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stuck_past_the_drain_timeout_does_not_hold_the_lease() {
+    use kube_sim::Verb;
+    use mokka::plan::options::Options;
+
+    let cluster = cluster_on_loopback().await;
+    cluster.create_profile("one-node", 1, 1).await;
+    cluster.create_node("node-a", "stuck").await;
+    let sim = cluster.sim().expect("kube-sim");
+    let stuck = sim
+        .faults()
+        .add(
+            Fault::latency(Duration::from_secs(120))
+                .on(Verb::Create, "sgpuracks")
+                .times(1),
+        )
+        .expect("valid fault");
+    // A `times(1)` rule leaves the list once it has fired: only the first create
+    // hangs, so the next leader's create goes through.
+    let fired = || !sim.faults().list().iter().any(|fault| fault.id == stuck);
+    let drain_timeout = Duration::from_secs(1);
+    let options = Options {
+        status_debounce: Duration::ZERO,
+        ..Options::default()
+    };
+    let leader = cluster
+        .start_replica_draining("stuck-leader", options, drain_timeout)
+        .await;
+    eventually("the first replica to lead", || async {
+        leader.controller.leader_ready().then_some(())
+    })
+    .await;
+    let standby = cluster
+        .start_replica_draining("patient-standby", options, drain_timeout)
+        .await;
+    cluster
+        .create_inventory("inv", "one-node", 1, "stuck")
+        .await;
+    eventually("a worker to be stuck creating the rack", || async {
+        fired().then_some(())
+    })
+    .await;
+    assert!(!standby.controller.leader_ready());
+
+    let asked = tokio::time::Instant::now();
+    tokio::time::timeout(drain_timeout + Duration::from_secs(5), leader.stop())
+        .await
+        .expect("the leader stops, giving up on its stuck worker, long before the call returns");
+    let stopped = asked.elapsed();
+    assert!(
+        stopped >= drain_timeout,
+        "the worker had its drain timeout: stopped after {stopped:?}"
+    );
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), LEASE_NAMESPACE);
+    let lease = leases.get(LEASE_NAME).await.expect("the Lease");
+    let holder = lease.spec.and_then(|spec| spec.holder_identity);
+    assert!(
+        holder.as_deref() != Some("stuck-leader"),
+        "the stopped leader released its Lease: holder {holder:?}"
+    );
+    // A released Lease is taken within a retry period or two, not a lease duration.
+    eventually_within(
+        LEASE_DURATION,
+        "the standby to lead once the Lease is released",
+        || async { standby.controller.leader_ready().then_some(()) },
+    )
+    .await;
+
+    eventually("the new leader to create the rack", || async {
+        (racks(&cluster).await == 1).then_some(())
+    })
+    .await;
+    standby.stop().await;
+}

@@ -9,7 +9,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use controller_kit::LeaderElectionConfig;
+use controller_kit::manager::DEFAULT_DRAIN_TIMEOUT;
+use controller_kit::{LeaderElectionConfig, ManagerConfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -460,6 +461,18 @@ impl Cluster {
     /// [`Cluster::start_replica_with`] keeping the debounce of `options`
     /// (tests of coalescing).
     pub async fn start_replica_timed(&self, identity: &str, options: Options) -> Replica {
+        self.start_replica_draining(identity, options, DEFAULT_DRAIN_TIMEOUT)
+            .await
+    }
+
+    /// [`Cluster::start_replica_timed`] whose workers get `drain_timeout` to
+    /// finish when leadership ends.
+    pub async fn start_replica_draining(
+        &self,
+        identity: &str,
+        options: Options,
+        drain_timeout: Duration,
+    ) -> Replica {
         let controller = Arc::new(
             MokkaController::new(self.controller_client.clone(), options)
                 .expect("controller builds"),
@@ -469,13 +482,17 @@ impl Cluster {
         election.lease_duration = LEASE_DURATION;
         election.renew_deadline = RENEW_DEADLINE;
         election.retry_period = RETRY_PERIOD;
+        let config = ManagerConfig {
+            drain_timeout,
+            ..ManagerConfig::new(election)
+        };
         let shutdown = CancellationToken::new();
         let task = {
             let controller = Arc::clone(&controller);
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 controller
-                    .run(election, shutdown)
+                    .run_with(config, shutdown)
                     .await
                     .expect("controller runs")
             })
