@@ -1,0 +1,530 @@
+//! Issue #29 item 1: a controller measured as users run it, a process of
+//! the release binary talking HTTPS to `gpufleet sim serve` in another
+//! process.
+//!
+//! Per run: wall time to the end state, the controller process's CPU
+//! seconds (`/proc/<pid>/stat` utime + stime, read before it is stopped),
+//! its peak RSS (`VmHWM`), and the API requests it sent by verb and
+//! resource, from kube-sim's `kube_sim_user_requests_total`: the
+//! controller authenticates with a ServiceAccount token of its own, so its
+//! requests are counted apart from this driver's (which creates the work
+//! and watches for the end). Requests are divided by the unit of work.
+//!
+//! Workloads:
+//! * `tfjob`: `--jobs` TFJobs (default 100) of 1 Chief + 2 PS + 8 Workers
+//!   created at once, Chief and Workers exiting 0 after `--run-seconds`
+//!   (default 20); the end is every job Succeeded. `--qps Q --burst B`
+//!   set the operator's client limits (upstream's defaults are QPS 20,
+//!   burst 30); without them it runs without client-side limits.
+//!
+//! Run: `cargo bench -p gpufleet --bench controller_process -- tfjob
+//! [--jobs 100] [--runs 3] [--run-seconds 20] [--qps 20 --burst 30]`.
+//! Each run starts a fresh `sim serve`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
+use tfjob::api::TFJobObject;
+
+const WORK_NAMESPACE: &str = "bench";
+const CONTROLLER_NAMESPACE: &str = "bench-controller";
+const CONTROLLER_ACCOUNT: &str = "controller";
+/// Nodes for the pods, with room for all of them.
+const NODES: usize = 20;
+const PODS_PER_NODE: usize = 250;
+
+struct Args {
+    workload: String,
+    jobs: usize,
+    runs: usize,
+    run_seconds: u64,
+    limit: Option<(f64, u32)>,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        workload: String::new(),
+        jobs: 100,
+        runs: 3,
+        run_seconds: 20,
+        limit: None,
+    };
+    let mut qps = None;
+    let mut burst = 10;
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().unwrap_or_default();
+        match arg.as_str() {
+            "--jobs" => args.jobs = value().parse().unwrap_or(args.jobs),
+            "--runs" => args.runs = value().parse().unwrap_or(args.runs),
+            "--run-seconds" => args.run_seconds = value().parse().unwrap_or(args.run_seconds),
+            "--qps" => qps = value().parse().ok(),
+            "--burst" => burst = value().parse().unwrap_or(burst),
+            "tfjob" => args.workload = arg,
+            // cargo bench passes --bench; anything else is ignored.
+            _ => {}
+        }
+    }
+    args.limit = qps.map(|qps| (qps, burst));
+    args
+}
+
+// --- processes ------------------------------------------------------------------
+
+/// The release binary cargo built for this bench.
+fn gpufleet() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpufleet"))
+}
+
+/// A child process killed when dropped.
+struct Process {
+    child: Child,
+    name: &'static str,
+}
+
+impl Process {
+    fn spawn(name: &'static str, command: &mut Command, log: &Path) -> Process {
+        let log = std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Process { child, name }
+    }
+
+    /// User + system CPU seconds so far.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // After the ")" closing the command name, utime and stime are the
+        // 12th and 13th fields (fields 14 and 15 of proc(5)), in ticks of
+        // USER_HZ (100 on Linux).
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+        match (ticks(11), ticks(12)) {
+            (Some(user), Some(system)) => (user + system) / 100.0,
+            _ => panic!(
+                "{}: no CPU times in /proc/{}/stat",
+                self.name,
+                self.child.id()
+            ),
+        }
+    }
+
+    /// Peak resident set size in MiB.
+    fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map(|kib| kib / 1024.0)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: no VmHWM in /proc/{}/status",
+                    self.name,
+                    self.child.id()
+                )
+            })
+    }
+
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `gpufleet sim serve` on a free port; its kubeconfig names the port.
+fn start_sim(dir: &Path) -> (Process, PathBuf) {
+    let kubeconfig = dir.join("admin.kubeconfig");
+    let sim = Process::spawn(
+        "sim serve",
+        Command::new(gpufleet())
+            .args(["sim", "serve", "--port", "0", "--kubeconfig"])
+            .arg(&kubeconfig),
+        &dir.join("sim.log"),
+    );
+    let started = Instant::now();
+    while !kubeconfig.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "sim serve wrote no kubeconfig within 30 s; see {}",
+            dir.join("sim.log").display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (sim, kubeconfig)
+}
+
+async fn client_from(kubeconfig: &Path) -> kube::Client {
+    let config = Kubeconfig::read_from(kubeconfig).expect("a readable kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+        .await
+        .expect("a usable kubeconfig");
+    kube::Client::try_from(config).expect("a client")
+}
+
+/// A ServiceAccount bound to cluster-admin, and a kubeconfig with its
+/// token: the controller's requests are then counted under its own user.
+async fn controller_kubeconfig(admin: &kube::Client, admin_kubeconfig: &Path) -> PathBuf {
+    let pp = PostParams::default();
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    for name in [CONTROLLER_NAMESPACE, WORK_NAMESPACE] {
+        let namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        namespaces.create(&pp, &namespace).await.expect("namespace");
+    }
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CONTROLLER_NAMESPACE);
+    let account =
+        serde_json::from_value(json!({"metadata": {"name": CONTROLLER_ACCOUNT}})).unwrap();
+    accounts
+        .create(&pp, &account)
+        .await
+        .expect("ServiceAccount");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "bench-controller"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": CONTROLLER_NAMESPACE}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&pp, &binding)
+        .await
+        .expect("ClusterRoleBinding");
+    let token = accounts
+        .create_token_request(CONTROLLER_ACCOUNT, &pp, &TokenRequest::default())
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("a token")
+        .token;
+    let mut config = Kubeconfig::read_from(admin_kubeconfig).expect("admin kubeconfig");
+    for named in &mut config.auth_infos {
+        if let Some(user) = named.auth_info.as_mut() {
+            user.token = Some(token.clone().into());
+        }
+    }
+    // JSON is YAML: kube and client-go read it as a kubeconfig.
+    let path = admin_kubeconfig.with_file_name("controller.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec(&config).expect("kubeconfig JSON"))
+        .expect("writing the controller's kubeconfig");
+    path
+}
+
+fn controller_user() -> String {
+    format!("system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_ACCOUNT}")
+}
+
+/// `kube_sim_user_requests_total` of `user`, by (verb, resource).
+async fn requests_of(admin: &kube::Client, user: &str) -> BTreeMap<(String, String), u64> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a request");
+    let text = admin.request_text(request).await.expect("/metrics answers");
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("kube_sim_user_requests_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split("\",")
+                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+        };
+        if label("user").as_deref() != Some(user) {
+            continue;
+        }
+        let (Some(verb), Some(resource), Ok(value)) = (
+            label("verb"),
+            label("resource"),
+            value.trim().parse::<u64>(),
+        ) else {
+            continue;
+        };
+        counts.insert((verb, resource), value);
+    }
+    counts
+}
+
+const WRITE_VERBS: [&str; 6] = [
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "apply",
+];
+
+// --- the TFJob workload ------------------------------------------------------------
+
+async fn prepare_nodes(admin: &kube::Client) {
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for i in 0..NODES {
+        let pods = PODS_PER_NODE.to_string();
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": format!("node-{i:03}")},
+            "status": {
+                "capacity": {"cpu": "1000", "memory": "4Ti", "pods": pods},
+                "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": pods},
+            }
+        }))
+        .unwrap();
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node");
+    }
+}
+
+fn replica(replicas: i32, run_seconds: Option<u64>) -> serde_json::Value {
+    let mut annotations = json!({"kube-sim.gpufleet.dev/exit-code": "0"});
+    if let Some(seconds) = run_seconds {
+        annotations["kube-sim.gpufleet.dev/run-seconds"] = json!(seconds.to_string());
+    }
+    json!({
+        "replicas": replicas,
+        "restartPolicy": "Never",
+        "template": {
+            "metadata": {"annotations": annotations},
+            "spec": {"containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0"}]},
+        },
+    })
+}
+
+fn tfjob(name: &str, run_seconds: u64) -> TFJobObject {
+    serde_json::from_value(json!({
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": WORK_NAMESPACE},
+        "spec": {"tfReplicaSpecs": {
+            "Chief": replica(1, Some(run_seconds)),
+            "PS": replica(2, None),
+            "Worker": replica(8, Some(run_seconds)),
+        }},
+    }))
+    .unwrap()
+}
+
+fn succeeded(job: &TFJobObject) -> bool {
+    job.status
+        .get("conditions")
+        .and_then(|c| c.as_array())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Succeeded" && c["status"] == "True")
+        })
+}
+
+struct RunResult {
+    seconds: f64,
+    cpu_seconds: f64,
+    peak_rss_mib: f64,
+    /// (verb, resource) → requests per unit of work.
+    per_unit: BTreeMap<(String, String), f64>,
+}
+
+impl RunResult {
+    fn writes_per_unit(&self) -> f64 {
+        self.per_unit
+            .iter()
+            .filter(|((verb, _), _)| WRITE_VERBS.contains(&verb.as_str()))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn event_writes_per_unit(&self) -> f64 {
+        self.per_unit
+            .iter()
+            .filter(|((verb, resource), _)| {
+                WRITE_VERBS.contains(&verb.as_str()) && resource == "events"
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+async fn run_tfjob(args: &Args, dir: &Path) -> RunResult {
+    let (_sim, admin_kubeconfig) = start_sim(dir);
+    let admin = client_from(&admin_kubeconfig).await;
+    let kubeconfig = controller_kubeconfig(&admin, &admin_kubeconfig).await;
+    Api::<CustomResourceDefinition>::all(admin.clone())
+        .create(&PostParams::default(), &tfjob::api::crd())
+        .await
+        .expect("TFJob CRD");
+    prepare_nodes(&admin).await;
+    let jobs: Api<TFJobObject> = Api::namespaced(admin.clone(), WORK_NAMESPACE);
+    while jobs.list(&ListParams::default()).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut command = Command::new(gpufleet());
+    command
+        .arg("tfjob")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+        ]);
+    if let Some((qps, burst)) = args.limit {
+        command.args(["--qps", &qps.to_string(), "--burst", &burst.to_string()]);
+    }
+    let mut operator = Process::spawn("gpufleet tfjob", &mut command, &dir.join("tfjob.log"));
+
+    let started = Instant::now();
+    for i in 0..args.jobs {
+        jobs.create(
+            &PostParams::default(),
+            &tfjob(&format!("job-{i:04}"), args.run_seconds),
+        )
+        .await
+        .expect("TFJob create");
+    }
+    let limit = Duration::from_secs(600 + 2 * args.run_seconds);
+    loop {
+        let list = jobs.list(&ListParams::default()).await.expect("TFJob list");
+        let done = list.items.iter().filter(|job| succeeded(job)).count();
+        if done == args.jobs {
+            break;
+        }
+        assert!(
+            !operator.exited(),
+            "the operator exited; see {}",
+            dir.join("tfjob.log").display()
+        );
+        assert!(
+            started.elapsed() < limit,
+            "{done} of {} jobs Succeeded within {limit:?}",
+            args.jobs
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    // Writes that follow the end (the clean-up's deletes and Events) are
+    // part of a job's cost: wait until the operator's count is still.
+    let mut requests = requests_of(&admin, &controller_user()).await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = requests_of(&admin, &controller_user()).await;
+        if now == requests {
+            break;
+        }
+        requests = now;
+    }
+    let cpu_seconds = operator.cpu_seconds();
+    let peak_rss_mib = operator.peak_rss_mib();
+    let per_unit = requests
+        .into_iter()
+        .map(|(key, n)| (key, n as f64 / args.jobs as f64))
+        .collect();
+    RunResult {
+        seconds,
+        cpu_seconds,
+        peak_rss_mib,
+        per_unit,
+    }
+}
+
+// --- report ------------------------------------------------------------------------
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn main() {
+    let args = parse_args();
+    if args.workload != "tfjob" {
+        eprintln!(
+            "usage: cargo bench -p gpufleet --bench controller_process -- tfjob [--jobs N] [--runs N] [--run-seconds S] [--qps Q --burst B]"
+        );
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let limit = args.limit.map_or("no client limit".to_string(), |(q, b)| {
+        format!("QPS {q} / burst {b}")
+    });
+    println!(
+        "tfjob: {} jobs of 1 Chief + 2 PS + 8 Workers, {limit}, {} runs",
+        args.jobs, args.runs
+    );
+    println!(
+        "| run | every job Succeeded | operator CPU | operator peak RSS | API writes per job (Events) | load before / after |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let mut results = Vec::new();
+    for run in 1..=args.runs {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let before = load();
+        let result = runtime.block_on(run_tfjob(&args, dir.path()));
+        println!(
+            "| {run} | {:.1} s | {:.2} s | {:.1} MiB | {:.2} ({:.2}) | {before} / {} |",
+            result.seconds,
+            result.cpu_seconds,
+            result.peak_rss_mib,
+            result.writes_per_unit(),
+            result.event_writes_per_unit(),
+            load()
+        );
+        results.push(result);
+    }
+    println!(
+        "| **median** | {:.1} s | {:.2} s | {:.1} MiB | {:.2} ({:.2}) | |",
+        median(results.iter().map(|r| r.seconds).collect()),
+        median(results.iter().map(|r| r.cpu_seconds).collect()),
+        median(results.iter().map(|r| r.peak_rss_mib).collect()),
+        median(results.iter().map(RunResult::writes_per_unit).collect()),
+        median(
+            results
+                .iter()
+                .map(RunResult::event_writes_per_unit)
+                .collect()
+        ),
+    );
+    if let Some(last) = results.last() {
+        println!("\nrequests per job in the last run, by verb and resource:");
+        for ((verb, resource), n) in &last.per_unit {
+            println!("  {verb:>16} {resource:<24} {n:.2}");
+        }
+    }
+}
