@@ -23,7 +23,7 @@ use tracing::Instrument;
 
 use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
 use crate::events::EventQueue;
-use crate::plan::child_events::{Change, Child, ChildChanges};
+use crate::plan::child_events::{self, Change, Child, ChildChanges};
 use crate::plan::{self, ChildAction, EventType, PlanConfig, PlannedEvent, conditions, names};
 use crate::pod_groups::{self, PodGroupStore, PodGroupWrite};
 use controller_kit::error::is_status;
@@ -264,7 +264,12 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     // (and their own events): a reader sees TFJobSucceeded before the
     // cleanup's SuccessfulDeletePod.
     let reference = job_reference(&object);
-    for event in plan.events {
+    let events = plan
+        .events
+        .into_iter()
+        .filter(|event| first_time(ctx, event))
+        .collect();
+    for event in child_events::list_exits(events) {
         publish_planned(ctx, &reference, namespace, event);
     }
     // The actions of one pass touch distinct children (a retried pod is
@@ -820,17 +825,21 @@ async fn write_status(
     })
 }
 
+/// Whether an Event is due: one with a key only the first time this
+/// process plans it.
+fn first_time(ctx: &Context, planned: &PlannedEvent) -> bool {
+    match &planned.dedup_key {
+        Some(key) => ctx.emitted.lock().insert(key.clone()),
+        None => true,
+    }
+}
+
 fn publish_planned(
     ctx: &Context,
     reference: &ObjectReference,
     namespace: &str,
     planned: PlannedEvent,
 ) {
-    if let Some(key) = &planned.dedup_key
-        && !ctx.emitted.lock().insert(key.clone())
-    {
-        return;
-    }
     match planned.reason.as_str() {
         _ if !planned.counted => {}
         conditions::REASON_SUCCEEDED => ctx.metrics.jobs_successful.inc(namespace),

@@ -1,5 +1,5 @@
-//! The Events of one pass's child writes: one per reason, naming every
-//! child.
+//! The Events of one pass's child writes and pod exits: one per reason,
+//! naming every child.
 //!
 //! training-operator records an Event per child ("Created pod: job-ps-0"),
 //! eleven pod and eleven Service Events for a 1 Chief + 2 PS + 8 Worker
@@ -8,9 +8,37 @@
 //! job-chief-0, job-ps-0, …"), split over more Events only when the list
 //! passes the 1 KiB note limit. A pass that touched one child of a kind
 //! writes exactly upstream's note. The referee corpus compares the two by
-//! expanding the lists back into one line per child.
+//! expanding the lists back into one line per child. The same goes for
+//! `ExitedWithCode`, which training-operator writes for each terminated
+//! pod: the exits one pass sees are one Event.
 
 use controller_kit::event_notes::listed_notes;
+
+use super::PlannedEvent;
+
+/// The reason of the Event reporting a tensorflow container's exit.
+pub const EXITED_WITH_CODE: &str = "ExitedWithCode";
+
+/// The `ExitedWithCode` Events of one pass as one Event (more when the
+/// list passes the note limit): "Pods exited with codes: ns.a-worker-0
+/// (0), ns.a-worker-1 (137)". A single exit keeps its own Event and
+/// upstream's note. Other Events pass through in order, after the exits.
+pub fn list_exits(events: Vec<PlannedEvent>) -> Vec<PlannedEvent> {
+    let (exits, others): (Vec<PlannedEvent>, Vec<PlannedEvent>) = events
+        .into_iter()
+        .partition(|event| event.reason == EXITED_WITH_CODE && event.listed_as.is_some());
+    let mut out = if exits.len() <= 1 {
+        exits
+    } else {
+        let items = exits.iter().filter_map(|exit| exit.listed_as.as_deref());
+        listed_notes(|_| "Pods exited with codes: ".to_string(), items)
+            .into_iter()
+            .map(|note| PlannedEvent::normal(EXITED_WITH_CODE, note))
+            .collect()
+    };
+    out.extend(others);
+    out
+}
 
 /// A kind of child, as Events name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -195,6 +223,41 @@ mod tests {
             })
             .collect();
         assert_eq!(named, names);
+    }
+
+    fn exit(pod: &str, code: i32) -> PlannedEvent {
+        PlannedEvent::normal(
+            EXITED_WITH_CODE,
+            format!("Pod: ns.{pod} exited with code {code}"),
+        )
+        .keyed(format!("uid/exit/{pod}/0"))
+        .listed_as(format!("ns.{pod} ({code})"))
+    }
+
+    #[test]
+    fn the_exits_one_pass_sees_are_one_event_and_one_exit_keeps_upstreams_note() {
+        let succeeded = PlannedEvent::normal("TFJobSucceeded", "done".into());
+        let listed = list_exits(vec![
+            exit("a-chief-0", 0),
+            succeeded.clone(),
+            exit("a-worker-0", 137),
+        ]);
+        let notes: Vec<(&str, &str)> = listed
+            .iter()
+            .map(|e| (e.reason.as_str(), e.message.as_str()))
+            .collect();
+        assert_eq!(
+            notes,
+            [
+                (
+                    EXITED_WITH_CODE,
+                    "Pods exited with codes: ns.a-chief-0 (0), ns.a-worker-0 (137)"
+                ),
+                ("TFJobSucceeded", "done"),
+            ]
+        );
+        let one = list_exits(vec![exit("a-chief-0", 0)]);
+        assert_eq!(one, vec![exit("a-chief-0", 0)]);
     }
 
     #[test]

@@ -145,6 +145,9 @@ pub struct PlannedEvent {
     /// second Event about a transition already counted (the extra note of
     /// an ExitCode failure), so each job is counted once.
     pub counted: bool,
+    /// For an Event that may be listed with others of its reason in one
+    /// Event (`ExitedWithCode`): how it reads in the list.
+    pub listed_as: Option<String>,
 }
 
 impl PlannedEvent {
@@ -155,6 +158,7 @@ impl PlannedEvent {
             message,
             dedup_key: None,
             counted: true,
+            listed_as: None,
         }
     }
     fn warning(reason: &str, message: String) -> Self {
@@ -164,10 +168,15 @@ impl PlannedEvent {
             message,
             dedup_key: None,
             counted: true,
+            listed_as: None,
         }
     }
     fn keyed(mut self, key: String) -> Self {
         self.dedup_key = Some(key);
+        self
+    }
+    fn listed_as(mut self, item: String) -> Self {
+        self.listed_as = Some(item);
         self
     }
 }
@@ -485,6 +494,7 @@ impl Planner<'_> {
                         message: note,
                         dedup_key: None,
                         counted: false,
+                        listed_as: None,
                     });
                 }
                 self.finished(&pods, &services);
@@ -757,8 +767,12 @@ impl Planner<'_> {
                     self.uid(),
                     pod.metadata.uid.as_deref().unwrap_or(&pod_name)
                 );
-                self.events
-                    .push(PlannedEvent::normal("ExitedWithCode", message).keyed(key));
+                let listed = format!("{}.{pod_name} ({exit_code})", self.namespace());
+                self.events.push(
+                    PlannedEvent::normal(child_events::EXITED_WITH_CODE, message)
+                        .keyed(key)
+                        .listed_as(listed),
+                );
             }
             match phase {
                 "Running" => seen.counts.active += 1,
@@ -1193,6 +1207,7 @@ impl Planner<'_> {
             message,
             dedup_key: None,
             counted: true,
+            listed_as: None,
         });
         true
     }

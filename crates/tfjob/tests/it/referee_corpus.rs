@@ -661,9 +661,10 @@ async fn snapshot(
 }
 
 /// Our operator names all the children of one pass in one Event
-/// ("Created pods: job-chief-0, job-ps-0"), training-operator writes one
-/// Event per child ("Created pod: job-chief-0"): the comparison is of
-/// which children each reports, so a list becomes one note per child.
+/// ("Created pods: job-chief-0, job-ps-0"; the same for the exits it
+/// sees), training-operator writes one Event per child ("Created pod:
+/// job-chief-0"): the comparison is of which children each reports, so a
+/// list becomes one note per child.
 fn one_note_per_child(note: &str) -> Vec<String> {
     for (plural, singular) in [
         ("Created pods: ", "Created pod: "),
@@ -677,6 +678,15 @@ fn one_note_per_child(note: &str) -> Vec<String> {
                 .map(|name| format!("{singular}{name}"))
                 .collect();
         }
+    }
+    // "Pods exited with codes: ns.a (0), ns.b (1)" as upstream's one note
+    // per pod, "Pod: ns.a exited with code 0".
+    if let Some(exits) = note.strip_prefix("Pods exited with codes: ") {
+        return exits
+            .split(", ")
+            .filter_map(|exit| exit.strip_suffix(')')?.split_once(" ("))
+            .map(|(pod, code)| format!("Pod: {pod} exited with code {code}"))
+            .collect();
     }
     vec![note.to_string()]
 }
