@@ -16,16 +16,22 @@
 //!   (default 20); the end is every job Succeeded. `--qps Q --burst B`
 //!   set the operator's client limits (upstream's defaults are QPS 20,
 //!   burst 30); without them it runs without client-side limits.
+//! * `mokka`: `--nodes` eligible Nodes (default 1,000) present before the
+//!   inventory (one group of racks of 100 Nodes x 1 GPU, upstream's KWOK
+//!   profile); the end is every Node carrying its assignment.
+//! * `mokka-trickle`: the inventory first, the controller idle, then
+//!   `--nodes` Nodes created one by one, `--gap-ms` (default 5) apart.
 //!
-//! Run: `cargo bench -p gpufleet --bench controller_process -- tfjob
-//! [--jobs 100] [--runs 3] [--run-seconds 20] [--qps 20 --burst 30]`.
-//! Each run starts a fresh `sim serve`.
+//! Run: `cargo bench -p gpufleet --bench controller_process -- WORKLOAD
+//! [--runs 3] [--jobs 100] [--run-seconds 20] [--qps 20 --burst 30]
+//! [--nodes 1000] [--gap-ms 5]`. Each run starts a fresh `sim serve`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -45,15 +51,21 @@ const PODS_PER_NODE: usize = 250;
 struct Args {
     workload: String,
     jobs: usize,
+    nodes: usize,
+    gap_ms: u64,
     runs: usize,
     run_seconds: u64,
     limit: Option<(f64, u32)>,
 }
 
+const WORKLOADS: [&str; 3] = ["tfjob", "mokka", "mokka-trickle"];
+
 fn parse_args() -> Args {
     let mut args = Args {
         workload: String::new(),
         jobs: 100,
+        nodes: 1000,
+        gap_ms: 5,
         runs: 3,
         run_seconds: 20,
         limit: None,
@@ -65,11 +77,13 @@ fn parse_args() -> Args {
         let mut value = || it.next().unwrap_or_default();
         match arg.as_str() {
             "--jobs" => args.jobs = value().parse().unwrap_or(args.jobs),
+            "--nodes" => args.nodes = value().parse().unwrap_or(args.nodes),
+            "--gap-ms" => args.gap_ms = value().parse().unwrap_or(args.gap_ms),
             "--runs" => args.runs = value().parse().unwrap_or(args.runs),
             "--run-seconds" => args.run_seconds = value().parse().unwrap_or(args.run_seconds),
             "--qps" => qps = value().parse().ok(),
             "--burst" => burst = value().parse().unwrap_or(burst),
-            "tfjob" => args.workload = arg,
+            workload if WORKLOADS.contains(&workload) => args.workload = arg,
             // cargo bench passes --bench; anything else is ignored.
             _ => {}
         }
@@ -369,36 +383,21 @@ impl RunResult {
     }
 }
 
-async fn run_tfjob(args: &Args, dir: &Path) -> RunResult {
-    let (_sim, admin_kubeconfig) = start_sim(dir);
-    let admin = client_from(&admin_kubeconfig).await;
-    let kubeconfig = controller_kubeconfig(&admin, &admin_kubeconfig).await;
+async fn prepare_tfjob(admin: &kube::Client) {
     Api::<CustomResourceDefinition>::all(admin.clone())
         .create(&PostParams::default(), &tfjob::api::crd())
         .await
         .expect("TFJob CRD");
-    prepare_nodes(&admin).await;
+    prepare_nodes(admin).await;
     let jobs: Api<TFJobObject> = Api::namespaced(admin.clone(), WORK_NAMESPACE);
     while jobs.list(&ListParams::default()).await.is_err() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
 
-    let mut command = Command::new(gpufleet());
-    command
-        .arg("tfjob")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args([
-            "--leader-elect=false",
-            "--metrics-bind-address",
-            "127.0.0.1:0",
-        ]);
-    if let Some((qps, burst)) = args.limit {
-        command.args(["--qps", &qps.to_string(), "--burst", &burst.to_string()]);
-    }
-    let mut operator = Process::spawn("gpufleet tfjob", &mut command, &dir.join("tfjob.log"));
-
-    let started = Instant::now();
+/// Creates the jobs and waits until every one Succeeded.
+async fn drive_tfjob(args: &Args, admin: &kube::Client, controller: &mut Process) {
+    let jobs: Api<TFJobObject> = Api::namespaced(admin.clone(), WORK_NAMESPACE);
     for i in 0..args.jobs {
         jobs.create(
             &PostParams::default(),
@@ -408,41 +407,232 @@ async fn run_tfjob(args: &Args, dir: &Path) -> RunResult {
         .expect("TFJob create");
     }
     let limit = Duration::from_secs(600 + 2 * args.run_seconds);
-    loop {
+    wait_until("every job Succeeded", limit, controller, || async {
         let list = jobs.list(&ListParams::default()).await.expect("TFJob list");
-        let done = list.items.iter().filter(|job| succeeded(job)).count();
-        if done == args.jobs {
-            break;
-        }
-        assert!(
-            !operator.exited(),
-            "the operator exited; see {}",
-            dir.join("tfjob.log").display()
-        );
-        assert!(
-            started.elapsed() < limit,
-            "{done} of {} jobs Succeeded within {limit:?}",
-            args.jobs
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        list.items.iter().filter(|job| succeeded(job)).count() == args.jobs
+    })
+    .await;
+}
+
+// --- the Mokka workloads -------------------------------------------------------------
+
+const NODES_PER_RACK: usize = 100;
+
+/// Mokka's CRDs and namespace, and profile `bench` of racks of 100 Nodes x
+/// 1 GPU.
+async fn prepare_mokka(admin: &kube::Client) {
+    let pp = PostParams::default();
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    for crd in mokka::crds() {
+        crds.create(&pp, &crd).await.expect("Mokka CRD");
     }
-    let seconds = started.elapsed().as_secs_f64();
-    // Writes that follow the end (the clean-up's deletes and Events) are
-    // part of a job's cost: wait until the operator's count is still.
-    let mut requests = requests_of(&admin, &controller_user()).await;
+    let namespace = serde_json::from_value(json!({"metadata": {"name": "mokka-system"}})).unwrap();
+    Api::<Namespace>::all(admin.clone())
+        .create(&pp, &namespace)
+        .await
+        .expect("namespace");
+    let racks: Api<mokka::api::SGPURack> = Api::all(admin.clone());
+    while racks.list(&ListParams::default()).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let profile = mokka::api::SGPURackProfile::new(
+        "bench",
+        mokka::fixtures::example_profile_spec(NODES_PER_RACK as i32, 1),
+    );
+    Api::<mokka::api::SGPURackProfile>::all(admin.clone())
+        .create(&pp, &profile)
+        .await
+        .expect("profile");
+}
+
+fn mokka_node(i: usize) -> Node {
+    serde_json::from_value(json!({"metadata": {"name": format!("node-{i:06}"),
+        "labels": {"mokka.nvidia.com/sgpu-node": "true", "pool": "bench"}}}))
+    .expect("a valid Node")
+}
+
+async fn create_inventory(admin: &kube::Client, nodes: usize) {
+    let inventory: mokka::api::SGPUInventory = serde_json::from_value(json!({
+        "apiVersion": "mokka.nvidia.com/v1alpha1", "kind": "SGPUInventory", "metadata": {"name": "bench"},
+        "spec": {"rackGroups": [{"id": "compute", "count": nodes.div_ceil(NODES_PER_RACK), "profileRef": {"name": "bench"},
+            "placement": {"nodeSelector": {"matchLabels": {"pool": "bench"}}}}]}
+    }))
+    .expect("a valid inventory");
+    Api::<mokka::api::SGPUInventory>::all(admin.clone())
+        .create(&PostParams::default(), &inventory)
+        .await
+        .expect("inventory");
+}
+
+async fn create_nodes_at_once(admin: &kube::Client, nodes: usize) {
+    let api: Api<Node> = Api::all(admin.clone());
+    futures::stream::iter(0..nodes)
+        .for_each_concurrent(32, |i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &mokka_node(i))
+                    .await
+                    .expect("node");
+            }
+        })
+        .await;
+}
+
+/// Waits until every Node carries Mokka's assignment annotation.
+async fn wait_assigned(admin: &kube::Client, nodes: usize, controller: &mut Process) {
+    let api: Api<Node> = Api::all(admin.clone());
+    let limit = Duration::from_secs(900);
+    wait_until("every Node assigned", limit, controller, || async {
+        let list = api.list(&ListParams::default()).await.expect("Node list");
+        let assigned = list
+            .items
+            .iter()
+            .filter(|node| {
+                node.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("mokka.nvidia.com/sgpu-assignment"))
+            })
+            .count();
+        assigned == nodes
+    })
+    .await;
+}
+
+// --- one run -------------------------------------------------------------------------
+
+/// Polls `done` every 500 ms until it holds; fails the bench when the
+/// controller exits or `limit` passes.
+async fn wait_until<F, Fut>(what: &str, limit: Duration, controller: &mut Process, done: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !done().await {
+        assert!(
+            !controller.exited(),
+            "{} exited before {what}; see its log",
+            controller.name
+        );
+        assert!(started.elapsed() < limit, "not {what} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The controller's request counts once they have stopped changing for
+/// 2 s: the writes that follow the end state (a job's clean-up and Events,
+/// a rack's last status) are part of the work.
+async fn settled_requests(admin: &kube::Client) -> BTreeMap<(String, String), u64> {
+    let mut requests = requests_of(admin, &controller_user()).await;
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = requests_of(&admin, &controller_user()).await;
+        let now = requests_of(admin, &controller_user()).await;
         if now == requests {
-            break;
+            return requests;
         }
         requests = now;
     }
-    let cpu_seconds = operator.cpu_seconds();
-    let peak_rss_mib = operator.peak_rss_mib();
+}
+
+fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command) {
+    let mut command = Command::new(gpufleet());
+    if args.workload == "tfjob" {
+        command
+            .arg("tfjob")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--leader-elect=false",
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+            ]);
+        if let Some((qps, burst)) = args.limit {
+            command.args(["--qps", &qps.to_string(), "--burst", &burst.to_string()]);
+        }
+        ("gpufleet tfjob", command)
+    } else {
+        command
+            .arg("mokka")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--listen-addr",
+                "127.0.0.1:0",
+                "--leader-election-namespace",
+                "mokka-system",
+            ]);
+        if let Some((qps, burst)) = args.limit {
+            command.args([
+                "--kube-api-qps",
+                &qps.to_string(),
+                "--kube-api-burst",
+                &burst.to_string(),
+            ]);
+        }
+        ("gpufleet mokka", command)
+    }
+}
+
+async fn run(args: &Args, dir: &Path) -> RunResult {
+    let (_sim, admin_kubeconfig) = start_sim(dir);
+    let admin = client_from(&admin_kubeconfig).await;
+    let kubeconfig = controller_kubeconfig(&admin, &admin_kubeconfig).await;
+    let units = match args.workload.as_str() {
+        "tfjob" => {
+            prepare_tfjob(&admin).await;
+            args.jobs
+        }
+        "mokka" => {
+            prepare_mokka(&admin).await;
+            create_nodes_at_once(&admin, args.nodes).await;
+            create_inventory(&admin, args.nodes).await;
+            args.nodes
+        }
+        _ => {
+            prepare_mokka(&admin).await;
+            create_inventory(&admin, args.nodes).await;
+            args.nodes
+        }
+    };
+    let (name, mut command) = controller_command(args, &kubeconfig);
+    let log = dir.join("controller.log");
+    let mut controller = Process::spawn(name, &mut command, &log);
+    eprintln!("{name} started; its log: {}", log.display());
+
+    let started = match args.workload.as_str() {
+        "tfjob" => {
+            let started = Instant::now();
+            drive_tfjob(args, &admin, &mut controller).await;
+            started
+        }
+        "mokka" => {
+            let started = Instant::now();
+            wait_assigned(&admin, args.nodes, &mut controller).await;
+            started
+        }
+        _ => {
+            // The controller idle on the empty inventory first.
+            settled_requests(&admin).await;
+            let api: Api<Node> = Api::all(admin.clone());
+            let started = Instant::now();
+            for i in 0..args.nodes {
+                api.create(&PostParams::default(), &mokka_node(i))
+                    .await
+                    .expect("node");
+                tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
+            }
+            wait_assigned(&admin, args.nodes, &mut controller).await;
+            started
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let requests = settled_requests(&admin).await;
+    let cpu_seconds = controller.cpu_seconds();
+    let peak_rss_mib = controller.peak_rss_mib();
     let per_unit = requests
         .into_iter()
-        .map(|(key, n)| (key, n as f64 / args.jobs as f64))
+        .map(|(key, n)| (key, n as f64 / units as f64))
         .collect();
     RunResult {
         seconds,
@@ -470,9 +660,10 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn main() {
     let args = parse_args();
-    if args.workload != "tfjob" {
+    if args.workload.is_empty() {
         eprintln!(
-            "usage: cargo bench -p gpufleet --bench controller_process -- tfjob [--jobs N] [--runs N] [--run-seconds S] [--qps Q --burst B]"
+            "usage: cargo bench -p gpufleet --bench controller_process -- {} [--runs N] [--jobs N] [--run-seconds S] [--qps Q --burst B] [--nodes N] [--gap-ms MS]",
+            WORKLOADS.join("|")
         );
         return;
     }
@@ -484,21 +675,35 @@ fn main() {
     let limit = args.limit.map_or("no client limit".to_string(), |(q, b)| {
         format!("QPS {q} / burst {b}")
     });
+    let (what, unit) = match args.workload.as_str() {
+        "tfjob" => (
+            format!("{} TFJobs of 1 Chief + 2 PS + 8 Workers", args.jobs),
+            "job",
+        ),
+        "mokka" => (
+            format!("{} Nodes present before the inventory", args.nodes),
+            "Node",
+        ),
+        _ => (
+            format!(
+                "{} Nodes arriving one by one, {} ms apart, after the inventory",
+                args.nodes, args.gap_ms
+            ),
+            "Node",
+        ),
+    };
+    println!("{}: {what}, {limit}, {} runs", args.workload, args.runs);
     println!(
-        "tfjob: {} jobs of 1 Chief + 2 PS + 8 Workers, {limit}, {} runs",
-        args.jobs, args.runs
-    );
-    println!(
-        "| run | every job Succeeded | operator CPU | operator peak RSS | API writes per job (Events) | load before / after |"
+        "| run | end state | controller CPU | controller peak RSS | API writes per {unit} (Events) | load before / after |"
     );
     println!("|---|---|---|---|---|---|");
     let mut results = Vec::new();
-    for run in 1..=args.runs {
+    for run_number in 1..=args.runs {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let before = load();
-        let result = runtime.block_on(run_tfjob(&args, dir.path()));
+        let result = runtime.block_on(run(&args, dir.path()));
         println!(
-            "| {run} | {:.1} s | {:.2} s | {:.1} MiB | {:.2} ({:.2}) | {before} / {} |",
+            "| {run_number} | {:.1} s | {:.2} s | {:.1} MiB | {:.3} ({:.3}) | {before} / {} |",
             result.seconds,
             result.cpu_seconds,
             result.peak_rss_mib,
@@ -509,7 +714,7 @@ fn main() {
         results.push(result);
     }
     println!(
-        "| **median** | {:.1} s | {:.2} s | {:.1} MiB | {:.2} ({:.2}) | |",
+        "| **median** | {:.1} s | {:.2} s | {:.1} MiB | {:.3} ({:.3}) | |",
         median(results.iter().map(|r| r.seconds).collect()),
         median(results.iter().map(|r| r.cpu_seconds).collect()),
         median(results.iter().map(|r| r.peak_rss_mib).collect()),
@@ -522,9 +727,9 @@ fn main() {
         ),
     );
     if let Some(last) = results.last() {
-        println!("\nrequests per job in the last run, by verb and resource:");
+        println!("\nrequests per {unit} in the last run, by verb and resource:");
         for ((verb, resource), n) in &last.per_unit {
-            println!("  {verb:>16} {resource:<24} {n:.2}");
+            println!("  {verb:>16} {resource:<28} {n:.3}");
         }
     }
 }
