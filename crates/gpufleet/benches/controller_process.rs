@@ -21,10 +21,16 @@
 //!   profile); the end is every Node carrying its assignment.
 //! * `mokka-trickle`: the inventory first, the controller idle, then
 //!   `--nodes` Nodes created one by one, `--gap-ms` (default 5) apart.
+//! * `gpuid`: `--pods` device-plugin pods (default 500), each on its own
+//!   Node and answering `nvidia-smi -q -x` with the 8-GPU H100 capture
+//!   (serials and UUIDs made unique per pod) through `sim serve
+//!   --exec-rules`; gpuid at its defaults (QPS 50, burst 100, stdout
+//!   exporter). The end is every GPU on gpuid's stdout.
 //!
 //! Run: `cargo bench -p gpufleet --bench controller_process -- WORKLOAD
 //! [--runs 3] [--jobs 100] [--run-seconds 20] [--qps 20 --burst 30]
-//! [--nodes 1000] [--gap-ms 5]`. Each run starts a fresh `sim serve`.
+//! [--nodes 1000] [--gap-ms 5] [--pods 500]`. Each run starts a fresh
+//! `sim serve`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,12 +59,13 @@ struct Args {
     jobs: usize,
     nodes: usize,
     gap_ms: u64,
+    pods: usize,
     runs: usize,
     run_seconds: u64,
     limit: Option<(f64, u32)>,
 }
 
-const WORKLOADS: [&str; 3] = ["tfjob", "mokka", "mokka-trickle"];
+const WORKLOADS: [&str; 4] = ["tfjob", "mokka", "mokka-trickle", "gpuid"];
 
 fn parse_args() -> Args {
     let mut args = Args {
@@ -66,6 +73,7 @@ fn parse_args() -> Args {
         jobs: 100,
         nodes: 1000,
         gap_ms: 5,
+        pods: 500,
         runs: 3,
         run_seconds: 20,
         limit: None,
@@ -79,6 +87,7 @@ fn parse_args() -> Args {
             "--jobs" => args.jobs = value().parse().unwrap_or(args.jobs),
             "--nodes" => args.nodes = value().parse().unwrap_or(args.nodes),
             "--gap-ms" => args.gap_ms = value().parse().unwrap_or(args.gap_ms),
+            "--pods" => args.pods = value().parse().unwrap_or(args.pods),
             "--runs" => args.runs = value().parse().unwrap_or(args.runs),
             "--run-seconds" => args.run_seconds = value().parse().unwrap_or(args.run_seconds),
             "--qps" => qps = value().parse().ok(),
@@ -106,11 +115,21 @@ struct Process {
 }
 
 impl Process {
+    /// Starts `command` with its stderr in `log` and its stdout dropped.
     fn spawn(name: &'static str, command: &mut Command, log: &Path) -> Process {
+        Process::spawn_with_stdout(name, command, log, Stdio::null())
+    }
+
+    fn spawn_with_stdout(
+        name: &'static str,
+        command: &mut Command,
+        log: &Path,
+        stdout: Stdio,
+    ) -> Process {
         let log = std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
         let child = command
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {name}: {e}"));
@@ -170,14 +189,16 @@ impl Drop for Process {
     }
 }
 
-/// `gpufleet sim serve` on a free port; its kubeconfig names the port.
-fn start_sim(dir: &Path) -> (Process, PathBuf) {
+/// `gpufleet sim serve` on a free port, with `extra` arguments; its
+/// kubeconfig names the port.
+fn start_sim(dir: &Path, extra: &[String]) -> (Process, PathBuf) {
     let kubeconfig = dir.join("admin.kubeconfig");
     let sim = Process::spawn(
         "sim serve",
         Command::new(gpufleet())
             .args(["sim", "serve", "--port", "0", "--kubeconfig"])
-            .arg(&kubeconfig),
+            .arg(&kubeconfig)
+            .args(extra),
         &dir.join("sim.log"),
     );
     let started = Instant::now();
@@ -499,6 +520,133 @@ async fn wait_assigned(admin: &kube::Client, nodes: usize, controller: &mut Proc
     .await;
 }
 
+// --- the gpuid workload ---------------------------------------------------------------
+
+const DEVICE_PLUGIN_NAMESPACE: &str = "gpu-operator";
+const GPUS_PER_POD: usize = 8;
+const H100: &str = include_str!("../../gpuid/tests/fixtures/hardware/h100.xml");
+
+/// The exec rules `sim serve` answers `nvidia-smi -q -x` with: pod `i`
+/// gets the H100 capture with its own serials and UUIDs. Returns the
+/// rules file.
+fn write_exec_rules(dir: &Path, pods: usize) -> PathBuf {
+    let mut rules = String::new();
+    for i in 0..pods {
+        let capture = H100
+            .replace("<serial>1650", &format!("<serial>{i:04}"))
+            .replace("-0000-0000-0000-", &format!("-{i:04x}-0000-0000-"));
+        let file = format!("smi-{i:05}.xml");
+        std::fs::write(dir.join(&file), capture).expect("writing a capture");
+        rules.push_str(&format!(
+            "- podSelector: app=nvidia-device-plugin-daemonset,gpu-set=\"{i}\"\n  command: [nvidia-smi, -q, -x]\n  stdoutFile: {file}\n"
+        ));
+    }
+    let path = dir.join("exec-rules.yaml");
+    std::fs::write(&path, rules).expect("writing the exec rules");
+    path
+}
+
+/// A Node and a device-plugin pod bound to it for each of `pods`; kube-sim's
+/// kubelet runs them.
+async fn prepare_device_plugins(admin: &kube::Client, pods: usize) {
+    let pp = PostParams::default();
+    let namespace =
+        serde_json::from_value(json!({"metadata": {"name": DEVICE_PLUGIN_NAMESPACE}})).unwrap();
+    Api::<Namespace>::all(admin.clone())
+        .create(&pp, &namespace)
+        .await
+        .expect("namespace");
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let pod_api: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(admin.clone(), DEVICE_PLUGIN_NAMESPACE);
+    futures::stream::iter(0..pods)
+        .for_each_concurrent(32, |i| {
+            let (nodes, pod_api) = (nodes.clone(), pod_api.clone());
+            async move {
+                let node_name = format!("gpu-node-{i:05}");
+                let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name}}))
+                    .expect("a valid Node");
+                nodes.create(&PostParams::default(), &node).await.expect("node");
+                let pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("nvidia-device-plugin-{i:05}"),
+                        "labels": {"app": "nvidia-device-plugin-daemonset", "gpu-set": i.to_string()}},
+                    "spec": {"nodeName": node_name,
+                        "containers": [{"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}]},
+                }))
+                .expect("a valid pod");
+                pod_api.create(&PostParams::default(), &pod).await.expect("pod");
+            }
+        })
+        .await;
+    let limit = Duration::from_secs(300);
+    let started = Instant::now();
+    loop {
+        let list = pod_api
+            .list(&ListParams::default())
+            .await
+            .expect("pod list");
+        let ready = list
+            .items
+            .iter()
+            .filter(|pod| {
+                pod.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        if ready == pods {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{ready} of {pods} device-plugin pods Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Reads gpuid's stdout records until every GPU of every pod was exported.
+async fn wait_exported(gpus: usize, controller: &mut Process) {
+    let stdout = controller
+        .child
+        .stdout
+        .take()
+        .expect("gpuid's stdout is piped");
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel::<usize>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut uuids = std::collections::HashSet::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let Ok(record) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if record["kind"] == "gpu"
+                && let Some(uuid) = record["uuid"].as_str()
+                && uuids.insert(uuid.to_string())
+                && seen_tx.send(uuids.len()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    let seen = std::sync::atomic::AtomicUsize::new(0);
+    wait_until(
+        "every GPU exported",
+        Duration::from_secs(600),
+        controller,
+        || {
+            while let Ok(count) = seen_rx.try_recv() {
+                seen.store(count, std::sync::atomic::Ordering::Relaxed);
+            }
+            let done = seen.load(std::sync::atomic::Ordering::Relaxed) >= gpus;
+            async move { done }
+        },
+    )
+    .await;
+}
+
 // --- one run -------------------------------------------------------------------------
 
 /// Polls `done` every 500 ms until it holds; fails the bench when the
@@ -537,7 +685,22 @@ async fn settled_requests(admin: &kube::Client) -> BTreeMap<(String, String), u6
 
 fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command) {
     let mut command = Command::new(gpufleet());
-    if args.workload == "tfjob" {
+    if args.workload == "gpuid" {
+        // gpuid's configuration is its environment, as upstream's.
+        command
+            .args(["gpuid", "run"])
+            .env_clear()
+            .env("KUBECONFIG", kubeconfig)
+            .env("CLUSTER_NAME", "bench")
+            .env("SERVER_PORT", "0")
+            .env("LOG_LEVEL", "info");
+        if let Some((qps, burst)) = args.limit {
+            command
+                .env("QPS", qps.to_string())
+                .env("BURST", burst.to_string());
+        }
+        ("gpufleet gpuid", command)
+    } else if args.workload == "tfjob" {
         command
             .arg("tfjob")
             .arg("--kubeconfig")
@@ -575,7 +738,13 @@ fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command)
 }
 
 async fn run(args: &Args, dir: &Path) -> RunResult {
-    let (_sim, admin_kubeconfig) = start_sim(dir);
+    let sim_args = if args.workload == "gpuid" {
+        let rules = write_exec_rules(dir, args.pods);
+        vec!["--exec-rules".to_string(), rules.display().to_string()]
+    } else {
+        Vec::new()
+    };
+    let (_sim, admin_kubeconfig) = start_sim(dir, &sim_args);
     let admin = client_from(&admin_kubeconfig).await;
     let kubeconfig = controller_kubeconfig(&admin, &admin_kubeconfig).await;
     let units = match args.workload.as_str() {
@@ -589,6 +758,10 @@ async fn run(args: &Args, dir: &Path) -> RunResult {
             create_inventory(&admin, args.nodes).await;
             args.nodes
         }
+        "gpuid" => {
+            prepare_device_plugins(&admin, args.pods).await;
+            args.pods
+        }
         _ => {
             prepare_mokka(&admin).await;
             create_inventory(&admin, args.nodes).await;
@@ -597,7 +770,12 @@ async fn run(args: &Args, dir: &Path) -> RunResult {
     };
     let (name, mut command) = controller_command(args, &kubeconfig);
     let log = dir.join("controller.log");
-    let mut controller = Process::spawn(name, &mut command, &log);
+    let stdout = if args.workload == "gpuid" {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
+    let mut controller = Process::spawn_with_stdout(name, &mut command, &log, stdout);
     eprintln!("{name} started; its log: {}", log.display());
 
     let started = match args.workload.as_str() {
@@ -609,6 +787,11 @@ async fn run(args: &Args, dir: &Path) -> RunResult {
         "mokka" => {
             let started = Instant::now();
             wait_assigned(&admin, args.nodes, &mut controller).await;
+            started
+        }
+        "gpuid" => {
+            let started = Instant::now();
+            wait_exported(args.pods * GPUS_PER_POD, &mut controller).await;
             started
         }
         _ => {
@@ -683,6 +866,13 @@ fn main() {
         "mokka" => (
             format!("{} Nodes present before the inventory", args.nodes),
             "Node",
+        ),
+        "gpuid" => (
+            format!(
+                "{} device-plugin pods of {GPUS_PER_POD} GPUs, time to every GPU exported",
+                args.pods
+            ),
+            "pod",
         ),
         _ => (
             format!(
