@@ -1,4 +1,12 @@
-//! Command-line interface.
+//! Command-line interface: the argument types of every subcommand, global
+//! flags here and each controller's in its own module below. Nothing here
+//! imports a `commands` module: the arguments are parsed first, then
+//! `main.rs` hands them to the command that runs them.
+
+pub mod gpuid;
+pub mod mokka;
+pub mod sandbox;
+pub mod tfjob;
 
 use std::path::PathBuf;
 
@@ -42,14 +50,14 @@ pub enum Command {
     #[command(subcommand)]
     Gpuid(GpuidCommand),
     /// The Kubeflow TFJob operator (kubeflow.org/v1), or `tfjob convert`.
-    Tfjob(Box<crate::commands::tfjob::TfjobArgs>),
+    Tfjob(Box<self::tfjob::TfjobArgs>),
     /// The Mokka simulated-GPU control plane (upstream's control-plane
     /// flags), or `mokka render`.
-    Mokka(Box<crate::commands::mokka::MokkaArgs>),
+    Mokka(Box<self::mokka::MokkaArgs>),
     /// The whole control plane on one machine: kube-sim with a simulated
     /// GB300 NVL72 fleet, Mokka, gpuid and the TFJob operator in-process,
     /// and a live fleet view in the browser. Ctrl-C stops it.
-    Sandbox(Box<crate::commands::sandbox::SandboxArgs>),
+    Sandbox(Box<self::sandbox::SandboxArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -70,10 +78,10 @@ pub enum CrdSet {
 pub enum GpuidCommand {
     /// Print the GPU records an `nvidia-smi -q -x` capture yields, as NDJSON
     /// (for checking a node by hand).
-    Parse(crate::commands::gpuid::ParseArgs),
+    Parse(self::gpuid::ParseArgs),
     /// Run the collector: watch device-plugin pods, exec nvidia-smi, label
     /// nodes and export changes, until SIGTERM. Every knob is a flag or env.
-    Run(crate::commands::gpuid::RunArgs),
+    Run(self::gpuid::RunArgs),
 }
 
 #[derive(Debug, Subcommand)]

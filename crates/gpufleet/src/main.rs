@@ -17,14 +17,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     // `gpufleet tfjob` takes tf-operator's Go-style `-flag` spelling too.
-    let args = commands::tfjob::single_dash_to_double(std::env::args_os().collect());
+    let args = cli::tfjob::single_dash_to_double(std::env::args_os().collect());
     let matches = cli::Cli::command().get_matches_from(args);
     let cli = match cli::Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
     // `gpufleet mokka` takes upstream's log flags and variables, `gpufleet
-    // tfjob` tf-operator's `-json-log-format`.
+    // tfjob` tf-operator's `-json-log-format`. Mokka's rules stay with its
+    // command (`commands::mokka::log_settings`) rather than in `cli`: they
+    // read upstream's environment variables, not only the parsed flags.
     let (log_format, log_level) = match &cli.command {
         cli::Command::Mokka(args) if args.command.is_none() => {
             match commands::mokka::log_settings(&matches, |name| std::env::var(name).ok()) {
@@ -94,15 +96,15 @@ fn main() -> std::process::ExitCode {
                 });
             }
             cli::Command::Mokka(args) => match *args {
-                commands::mokka::MokkaArgs {
-                    command: Some(commands::mokka::MokkaCommand::Render(render)),
+                cli::mokka::MokkaArgs {
+                    command: Some(cli::mokka::MokkaCommand::Render(render)),
                     ..
                 } => return commands::mokka_render::run(&render),
-                commands::mokka::MokkaArgs {
-                    command: Some(commands::mokka::MokkaCommand::NodeView(view)),
+                cli::mokka::MokkaArgs {
+                    command: Some(cli::mokka::MokkaCommand::NodeView(view)),
                     ..
                 } => return commands::mokka_node_view::run(&view).await,
-                commands::mokka::MokkaArgs { run, .. } => commands::mokka::run(run).await,
+                cli::mokka::MokkaArgs { run, .. } => commands::mokka::run(run).await,
             },
         }
         .map(|()| std::process::ExitCode::SUCCESS)

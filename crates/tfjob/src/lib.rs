@@ -7,7 +7,8 @@
 //! * [`plan`]: pure decisions (names and labels, pods and Services,
 //!   `TF_CONFIG`, the condition algebra, the planner) with no I/O and no clock;
 //! * [`reconcile`] and [`run`]: the controller on controller-kit that
-//!   observes, asks the planner, and acts.
+//!   observes, asks the planner, and acts; [`run::Operator`] is the one
+//!   entry point that builds and runs it from an [`run::OperatorConfig`].
 
 pub mod api;
 pub mod events;

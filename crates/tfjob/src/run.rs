@@ -1,8 +1,15 @@
 //! Wiring one operator replica on controller-kit: caches of TFJobs and of
 //! the pods and Services carrying `group-name=kubeflow.org` (never an
 //! unfiltered pod watch), indexed by owner UID; the controller; Lease
-//! election; metrics.
+//! election; metrics and the admin server.
+//!
+//! [`Operator`] is the operator's one entry point: [`Operator::new`] builds
+//! it from an [`OperatorConfig`] and a client, [`Operator::run`] runs it
+//! until cancelled. `gpufleet tfjob` parses its flags into the
+//! configuration and `gpufleet sandbox` writes one in code; both then make
+//! the same two calls, so the sandbox runs what a cluster runs.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use controller_kit::{
@@ -37,6 +44,10 @@ pub struct OperatorConfig {
     pub election: LeaderElectionConfig,
     /// Whether to elect at all (`--leader-elect`; default true).
     pub leader_election: bool,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served, one listener
+    /// per address (the metrics and the probe address may differ); empty
+    /// (the default): not served.
+    pub admin: Vec<SocketAddr>,
 }
 
 impl OperatorConfig {
@@ -49,17 +60,25 @@ impl OperatorConfig {
             workers: 1,
             election: LeaderElectionConfig::new(lease_namespace, "tf-operator"),
             leader_election: true,
+            admin: Vec::new(),
         }
     }
 }
 
-/// Setting the operator up failed.
+/// Setting the operator up, or running it, failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("invalid operator setup: {0}")]
     Setup(String),
     #[error(transparent)]
     Manager(#[from] ManagerError),
+    /// One of [`OperatorConfig::admin`]'s servers failed (e.g. its port
+    /// was taken).
+    #[error("serving /healthz, /readyz and /metrics: {0}")]
+    Admin(controller_kit::serve::ServeError),
+    /// An admin server's task panicked or was aborted.
+    #[error("the admin server task: {0}")]
+    AdminTask(tokio::task::JoinError),
 }
 
 /// One operator replica, built and ready to run.
@@ -68,6 +87,7 @@ pub struct Operator {
     registry: MetricsRegistry,
     readiness: Readiness,
     context: Arc<Context>,
+    admin: Vec<SocketAddr>,
 }
 
 fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
@@ -278,6 +298,7 @@ impl Operator {
             registry,
             readiness,
             context,
+            admin: config.admin,
         })
     }
 
@@ -301,9 +322,25 @@ impl Operator {
         Arc::clone(&self.context)
     }
 
-    /// Runs until `shutdown` is cancelled, then writes the Events still
-    /// queued ([`events::DRAIN_TIMEOUT`] at most).
+    /// Serves [`OperatorConfig::admin`] and runs the controller until
+    /// `shutdown` is cancelled, then writes the Events still queued
+    /// ([`events::DRAIN_TIMEOUT`] at most) and stops the admin servers.
+    ///
+    /// The admin servers stop on a child of `shutdown`, never by cancelling
+    /// the caller's token: a caller running other tasks on that token (the
+    /// sandbox) must see this operator fail, not a shutdown. An admin
+    /// server's failure is returned in preference to the controller's
+    /// result, so a port that was taken is what gets reported.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
+        let stop_admin = shutdown.child_token();
+        let servers: Vec<_> = self
+            .admin
+            .iter()
+            .map(|address| {
+                let server = self.admin_server();
+                tokio::spawn(server.bind_and_serve(*address, stop_admin.clone()))
+            })
+            .collect();
         let stop_events = CancellationToken::new();
         let mut event_writers = {
             let context = Arc::clone(&self.context);
@@ -321,6 +358,14 @@ impl Operator {
                 timeout = ?events::DRAIN_TIMEOUT,
                 "queued events not all written before shutdown"
             );
+        }
+        stop_admin.cancel();
+        for server in servers {
+            match server.await {
+                Ok(Err(error)) => return Err(RunError::Admin(error)),
+                Err(error) => return Err(RunError::AdminTask(error)),
+                Ok(Ok(())) => {}
+            }
         }
         result
     }

@@ -1,87 +1,22 @@
-//! `gpufleet gpuid run`: the collector. Every gpuid knob is an optional
-//! `--flag` generated from `gpuid::config::KNOBS` (plus the collector's own
-//! knobs), so the CLI can never drift from the configuration; a flag beats
-//! the environment.
+//! `gpufleet gpuid run`: the collector. The flags (`cli::gpuid`, one per
+//! gpuid knob) and the environment become gpuid's `Config` and
+//! `CollectorSettings`, a flag beating its variable; the collector then
+//! runs through `gpuid::collect::serve`, which ends in the same
+//! `run_with_client` the sandbox calls.
 //!
 //! `gpufleet gpuid parse`: one capture by hand, records on stdout, the
 //! parser's warnings and errors on stderr, each once.
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
+use gpuid::collect::CollectorSettings;
 use gpuid::collect::settings::check_collector_knobs;
-use gpuid::collect::{COLLECTOR_KNOBS, CollectorSettings};
-use gpuid::config::{Config, KNOBS, Knob};
+use gpuid::config::{Config, KNOBS};
 
-/// Knobs served by a global gpufleet flag instead (same env variable).
-const GLOBAL_FLAGS: &[&str] = &["log-level"];
-
-fn run_knobs() -> impl Iterator<Item = &'static Knob> {
-    KNOBS
-        .iter()
-        .chain(COLLECTOR_KNOBS.iter())
-        .filter(|knob| !GLOBAL_FLAGS.contains(&knob.flag))
-}
-
-/// The flags given on the command line, by flag name (without `--`).
-#[derive(Debug, Default)]
-pub struct RunArgs {
-    pub flags: BTreeMap<String, String>,
-}
-
-impl FromArgMatches for RunArgs {
-    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
-        let mut flags = BTreeMap::new();
-        for knob in run_knobs() {
-            if let Some(value) = matches.get_one::<String>(knob.flag) {
-                flags.insert(knob.flag.to_owned(), value.clone());
-            }
-        }
-        Ok(RunArgs { flags })
-    }
-
-    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        *self = RunArgs::from_arg_matches(matches)?;
-        Ok(())
-    }
-}
-
-impl Args for RunArgs {
-    fn augment_args(command: Command) -> Command {
-        run_knobs().fold(command, |command, knob| {
-            let mut help = format!("{} [env: {}]", knob.help, knob.env);
-            if let Some(default) = knob.default {
-                help.push_str(&format!(" [default: {default}]"));
-            }
-            command.arg(
-                Arg::new(knob.flag)
-                    .long(knob.flag)
-                    .value_name("VALUE")
-                    .help(help)
-                    .hide_env_values(knob.secret),
-            )
-        })
-    }
-
-    fn augment_args_for_update(command: Command) -> Command {
-        RunArgs::augment_args(command)
-    }
-}
-
-/// `gpufleet gpuid parse` arguments.
-#[derive(Debug, clap::Args)]
-pub struct ParseArgs {
-    /// The capture file, or `-` for standard input.
-    pub file: PathBuf,
-    /// Exit with status 3 when the parser has warnings (a value it could
-    /// not read, fewer <gpu> elements than <attached_gpus>); the records
-    /// are printed all the same.
-    #[arg(long)]
-    pub strict: bool,
-}
+use crate::cli::gpuid::{ParseArgs, RunArgs};
 
 /// Exit status of a capture that parsed with warnings under `--strict`
 /// (1 is a rejected capture, 2 a usage error).

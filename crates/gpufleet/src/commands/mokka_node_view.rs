@@ -8,10 +8,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::Node;
 use mokka::controller::MokkaController;
 use mokka::controller::node_api::node_assignments;
@@ -19,39 +17,7 @@ use mokka::node_view::{NodeAssignments, validate_node_name};
 use mokka::plan::options::Options;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Args)]
-pub struct NodeViewArgs {
-    /// The Node's name.
-    pub node: String,
-    /// The Node's UID; read from the cluster when left out.
-    #[arg(long)]
-    pub uid: Option<String>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = NodeViewFormat::Table)]
-    pub output: NodeViewFormat,
-    /// Kubeconfig file; without it the usual inference (KUBECONFIG, in-cluster).
-    #[arg(long, env = "MOKKA_CP_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// How long to wait for the caches to sync.
-    #[arg(long, default_value = "60s", value_parser = parse_timeout)]
-    pub sync_timeout: Duration,
-}
-
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let nanos = super::mokka::parse_go_duration(text)?;
-    if nanos <= 0 {
-        return Err(format!("{text:?} must be positive"));
-    }
-    Ok(Duration::from_nanos(
-        u64::try_from(nanos).unwrap_or(u64::MAX),
-    ))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum NodeViewFormat {
-    Table,
-    Json,
-}
+use crate::cli::mokka::{NodeViewArgs, NodeViewFormat};
 
 async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {

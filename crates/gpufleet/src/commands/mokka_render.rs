@@ -8,11 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use mokka::api::{API_VERSION, SGPUInventory, SGPURack, SGPURackProfile};
 use mokka::identity::rack_name;
@@ -20,6 +19,8 @@ use mokka::inventory::validate_inventory;
 use mokka::limits::{GroupShape, check_declared_racks, inventory_capacity};
 use mokka::render::{RackCoordinate, ResolvedProfile, render_resolved_rack};
 use serde_json::Value;
+
+use crate::cli::mokka::{OutputFormat, RenderArgs};
 
 /// Label naming the inventory of a rack (only when the name is a valid label value).
 const LABEL_INVENTORY: &str = "mokka.nvidia.com/inventory";
@@ -31,23 +32,6 @@ const LABEL_RACK_INDEX: &str = "mokka.nvidia.com/rack-index";
 const ANNOTATION_INVENTORY_UID: &str = "mokka.nvidia.com/inventory-uid";
 /// Finalizer the controller puts on every rack.
 const FINALIZER_RACK_CLEANUP: &str = "mokka.nvidia.com/rack-cleanup";
-
-#[derive(Debug, Args)]
-pub struct RenderArgs {
-    /// Manifest files (YAML, several documents each) with SGPURackProfiles
-    /// and SGPUInventories; `-` reads standard input.
-    #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
-    pub files: Vec<PathBuf>,
-    /// Output format of the racks.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Yaml)]
-    pub output: OutputFormat,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    Yaml,
-    Json,
-}
 
 /// What rendering the manifests yields.
 #[derive(Debug, Default)]

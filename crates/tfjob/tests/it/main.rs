@@ -3,6 +3,7 @@
 //! One binary; the cluster comes from `support::test_cluster` alone (the
 //! lane switch `GPUFLEET_TEST_CLUSTER=sim|real`).
 
+mod operator_admin;
 mod referee_corpus;
 mod referee_e2e;
 mod support;

@@ -1,7 +1,15 @@
-//! The three controllers, started in-process through the functions their
-//! own subcommands run (`commands::mokka::run_controller`,
-//! `commands::tfjob::run_operator`, `gpuid::collect::serve::run_with_client`),
-//! so the sandbox keeps a handle on each one's metrics registry.
+//! The three controllers, started in-process through the entry points
+//! their own subcommands run, each given a configuration written here
+//! instead of parsed from flags, and keeping a handle on each one's
+//! metrics registry:
+//! * TFJob: `tfjob::run::Operator` (`new` from an `OperatorConfig`, then
+//!   `run`), as `gpufleet tfjob`;
+//! * gpuid: `gpuid::collect::serve::run_with_client`, where `gpufleet
+//!   gpuid run` ends too;
+//! * Mokka: `commands::mokka::run_controller`, still in the Mokka
+//!   subcommand's module until Mokka's runtime gets an entry point in its
+//!   own crate; it is the one place the sandbox reaches into another
+//!   subcommand.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +22,8 @@ use gpuid::collect::node_state::NodeKeys;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::SandboxArgs;
 use super::fleet::DEVICE_PLUGIN_NAMESPACE;
+use crate::cli::sandbox::SandboxArgs;
 
 /// How often gpuid re-runs nvidia-smi on a pod whose cache entry did not
 /// change: a runtime policy changes what nvidia-smi prints without
@@ -115,7 +123,8 @@ pub fn spawn(
         });
     }
     let mut config = tfjob::run::OperatorConfig::new("default");
-    // One replica: no Lease to wait for.
+    // One replica: no Lease to wait for. No admin addresses: its metrics
+    // are served on the fleet view's /metrics through its registry.
     config.leader_election = false;
     let operator = tfjob::run::Operator::new(client.clone(), config)
         .context("setting up the TFJob operator")?;
@@ -123,7 +132,10 @@ pub fn spawn(
     {
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            let result = crate::commands::tfjob::run_operator(operator, &[], stop).await;
+            let result = operator
+                .run(stop)
+                .await
+                .context("running the TFJob operator");
             ("TFJob operator", result)
         });
     }

@@ -24,47 +24,13 @@ pub mod runtime;
 pub mod state;
 pub mod ui;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// `gpufleet sandbox` flags.
-#[derive(Debug, Clone, Args)]
-pub struct SandboxArgs {
-    /// Simulated GPU Nodes (each 4 GPUs); racks of 18 Nodes are added to
-    /// hold them all.
-    #[arg(long, default_value_t = 72, value_parser = clap::value_parser!(u16).range(1..=2000))]
-    pub nodes: u16,
-    /// Where to write the kubeconfig of the sandbox's API server.
-    #[arg(long, default_value = "sandbox.kubeconfig")]
-    pub kubeconfig: PathBuf,
-    /// Port of the fleet view on 127.0.0.1; 0 picks a free one (printed).
-    #[arg(long, default_value_t = 8080)]
-    pub ui_port: u16,
-    /// Port of the API server on 127.0.0.1; 0 (the default) picks a free
-    /// one (the kubeconfig names it).
-    #[arg(long, default_value_t = 0)]
-    pub api_port: u16,
-    /// Run the scripted demo, print each check, and exit: 0 only if every
-    /// check held.
-    #[arg(long)]
-    pub exit_after_demo: bool,
-    /// Export gpuid's records to this PostgreSQL (a postgres:// URL; add
-    /// `?sslmode=disable` for a server without TLS) instead of stdout. The
-    /// tables are created when missing.
-    #[arg(long, value_name = "URL")]
-    pub postgres: Option<String>,
-    /// Table name of the PostgreSQL export (gpuid's POSTGRES_TABLE).
-    #[arg(long, default_value = "gpu", requires = "postgres")]
-    pub postgres_table: String,
-    /// Cluster name on every gpuid record.
-    #[arg(long, default_value = "sandbox")]
-    pub cluster_name: String,
-}
+use crate::cli::sandbox::SandboxArgs;
 
 /// How long start-up may take before the sandbox gives up: generous, as
 /// a busy 2-core CI machine runs it beside every other test.
