@@ -108,10 +108,19 @@ fn gpufleet() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpufleet"))
 }
 
+/// A port free on loopback now (gpuid takes no port 0).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port on loopback")
+}
+
 /// A child process killed when dropped.
 struct Process {
     child: Child,
     name: &'static str,
+    log: PathBuf,
 }
 
 impl Process {
@@ -126,14 +135,19 @@ impl Process {
         log: &Path,
         stdout: Stdio,
     ) -> Process {
-        let log = std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let log_file =
+            std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
         let child = command
             .stdin(Stdio::null())
             .stdout(stdout)
-            .stderr(log)
+            .stderr(log_file)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        Process { child, name }
+        Process {
+            child,
+            name,
+            log: log.to_path_buf(),
+        }
     }
 
     /// User + system CPU seconds so far.
@@ -180,6 +194,13 @@ impl Process {
     fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
+
+    /// The last lines of its stderr.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
 }
 
 impl Drop for Process {
@@ -193,7 +214,7 @@ impl Drop for Process {
 /// kubeconfig names the port.
 fn start_sim(dir: &Path, extra: &[String]) -> (Process, PathBuf) {
     let kubeconfig = dir.join("admin.kubeconfig");
-    let sim = Process::spawn(
+    let mut sim = Process::spawn(
         "sim serve",
         Command::new(gpufleet())
             .args(["sim", "serve", "--port", "0", "--kubeconfig"])
@@ -203,6 +224,7 @@ fn start_sim(dir: &Path, extra: &[String]) -> (Process, PathBuf) {
     );
     let started = Instant::now();
     while !kubeconfig.exists() {
+        assert!(!sim.exited(), "sim serve exited: {}", sim.log_tail());
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "sim serve wrote no kubeconfig within 30 s; see {}",
@@ -538,7 +560,7 @@ fn write_exec_rules(dir: &Path, pods: usize) -> PathBuf {
         let file = format!("smi-{i:05}.xml");
         std::fs::write(dir.join(&file), capture).expect("writing a capture");
         rules.push_str(&format!(
-            "- podSelector: app=nvidia-device-plugin-daemonset,gpu-set=\"{i}\"\n  command: [nvidia-smi, -q, -x]\n  stdoutFile: {file}\n"
+            "- podSelector: app=nvidia-device-plugin-daemonset,gpu-set=set-{i}\n  command: [nvidia-smi, -q, -x]\n  stdoutFile: {file}\n"
         ));
     }
     let path = dir.join("exec-rules.yaml");
@@ -564,12 +586,14 @@ async fn prepare_device_plugins(admin: &kube::Client, pods: usize) {
             let (nodes, pod_api) = (nodes.clone(), pod_api.clone());
             async move {
                 let node_name = format!("gpu-node-{i:05}");
-                let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name}}))
-                    .expect("a valid Node");
+                // gpuid names a machine by its providerID.
+                let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name},
+                    "spec": {"providerID": format!("aws:///us-east-1a/i-{i:017x}")}}))
+                .expect("a valid Node");
                 nodes.create(&PostParams::default(), &node).await.expect("node");
                 let pod = serde_json::from_value(json!({
                     "metadata": {"name": format!("nvidia-device-plugin-{i:05}"),
-                        "labels": {"app": "nvidia-device-plugin-daemonset", "gpu-set": i.to_string()}},
+                        "labels": {"app": "nvidia-device-plugin-daemonset", "gpu-set": format!("set-{i}")}},
                     "spec": {"nodeName": node_name,
                         "containers": [{"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}]},
                 }))
@@ -660,8 +684,9 @@ where
     while !done().await {
         assert!(
             !controller.exited(),
-            "{} exited before {what}; see its log",
-            controller.name
+            "{} exited before {what}; its log ends:\n{}",
+            controller.name,
+            controller.log_tail()
         );
         assert!(started.elapsed() < limit, "not {what} within {limit:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -692,7 +717,7 @@ fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command)
             .env_clear()
             .env("KUBECONFIG", kubeconfig)
             .env("CLUSTER_NAME", "bench")
-            .env("SERVER_PORT", "0")
+            .env("SERVER_PORT", free_port().to_string())
             .env("LOG_LEVEL", "info");
         if let Some((qps, burst)) = args.limit {
             command

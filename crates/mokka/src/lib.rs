@@ -21,6 +21,7 @@ pub mod policy;
 pub mod profile;
 pub mod quantity;
 pub mod render;
+pub mod run;
 pub mod selector;
 mod text;
 

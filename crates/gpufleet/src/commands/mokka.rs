@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{ArgMatches, parser::ValueSource};
-use controller_kit::serve::AdminServer;
 use controller_kit::telemetry::LogLevel;
 use controller_kit::{LeaderElectionConfig, telemetry};
 use mokka::controller::MokkaController;
 use mokka::plan::features::FeatureGates;
 use mokka::plan::options::Options;
+use mokka::run::{ControlPlane, run_control_plane};
 use mokka::selector::{is_dns_label, is_dns_subdomain};
 use tokio_util::sync::CancellationToken;
 
@@ -322,79 +322,16 @@ async fn serve_fleet_view(
     Ok(())
 }
 
-/// What one control-plane replica runs with, once the client exists.
-#[derive(Debug, Clone)]
-pub struct ControlPlane {
-    pub options: Options,
-    pub election: LeaderElectionConfig,
-    /// Where /healthz, /readyz and /metrics listen (None: not served).
-    pub admin: Option<SocketAddr>,
-    /// How long the admin server may drain at shutdown.
-    pub shutdown_timeout: Duration,
-}
-
-/// The control plane on a given client until `shutdown`: `gpufleet mokka`
-/// and `gpufleet sandbox` both run Mokka through here, so the sandbox
-/// exercises exactly what a cluster runs.
+/// The control plane on a given client until `shutdown`.
 pub async fn run_with_client(
     client: kube::Client,
     plane: ControlPlane,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let controller = Arc::new(MokkaController::new(client, plane.options)?);
-    run_controller(controller, plane, shutdown).await
-}
-
-/// [`run_with_client`] once the controller exists, for a caller that also
-/// reads its metrics registry (the sandbox's aggregated /metrics).
-pub async fn run_controller(
-    controller: Arc<MokkaController>,
-    plane: ControlPlane,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let server_stop = CancellationToken::new();
-    let mut server = plane.admin.map(|listen| {
-        let admin = AdminServer::new(controller.readiness(), controller.registry());
-        // The node-agent API shares the port of /healthz, /readyz and /metrics.
-        let admin = if plane.options.features.node_agent_api {
-            admin.merge(controller.node_api().router())
-        } else {
-            admin
-        };
-        tokio::spawn(admin.bind_and_serve(listen, server_stop.clone()))
-    });
-    tracing::info!(
-        listen = ?plane.admin,
-        lease = %format!("{}/{}", plane.election.namespace, plane.election.name),
-        featureGates = %plane.options.features,
-        "starting Mokka control plane"
-    );
-    let controller_run = Arc::clone(&controller).run(plane.election.clone(), shutdown.clone());
-    // The server and the controller stop together: either one ending stops the other.
-    let result = match server.as_mut() {
-        Some(server) => tokio::select! {
-            result = controller_run => result.map_err(anyhow::Error::from),
-            served = server => {
-                shutdown.cancel();
-                match served {
-                    Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP server stopped")),
-                    Ok(Err(error)) => Err(anyhow::Error::from(error).context("serving --listen-addr")),
-                    Err(error) => Err(anyhow::anyhow!("the HTTP server task failed: {error}")),
-                }
-            }
-        },
-        None => controller_run.await.map_err(anyhow::Error::from),
-    };
-    server_stop.cancel();
-    if let Some(mut server) = server
-        && tokio::time::timeout(plane.shutdown_timeout, &mut server)
-            .await
-            .is_err()
-    {
-        tracing::warn!(timeout = ?plane.shutdown_timeout, "HTTP server did not drain in time");
-        server.abort();
-    }
-    result
+    run_control_plane(controller, plane, shutdown)
+        .await
+        .map_err(anyhow::Error::from)
 }
 
 #[cfg(test)]

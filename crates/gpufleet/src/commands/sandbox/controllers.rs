@@ -6,10 +6,11 @@
 //!   `run`), as `gpufleet tfjob`;
 //! * gpuid: `gpuid::collect::serve::run_with_client`, where `gpufleet
 //!   gpuid run` ends too;
-//! * Mokka: `commands::mokka::run_controller`, still in the Mokka
-//!   subcommand's module until Mokka's runtime gets an entry point in its
-//!   own crate; it is the one place the sandbox reaches into another
-//!   subcommand.
+//! * Mokka: `mokka::run::run_control_plane` with a `ControlPlane`, as
+//!   `gpufleet mokka`.
+//!
+//! So the sandbox depends on the controller crates and kube-sim, never on
+//! another subcommand's module.
 
 use std::collections::BTreeMap;
 
@@ -104,7 +105,7 @@ pub fn spawn(
     gpuid: Gpuid,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Registries> {
-    let plane = crate::commands::mokka::ControlPlane {
+    let plane = mokka::run::ControlPlane {
         options: mokka::plan::options::Options::default(),
         election: LeaderElectionConfig::new("default", "control-plane.mokka.nvidia.com"),
         admin: None,
@@ -118,7 +119,9 @@ pub fn spawn(
     {
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            let result = crate::commands::mokka::run_controller(controller, plane, stop).await;
+            let result = mokka::run::run_control_plane(controller, plane, stop)
+                .await
+                .map_err(anyhow::Error::from);
             ("Mokka", result)
         });
     }
