@@ -888,9 +888,12 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let limit = args.limit.map_or("no client limit".to_string(), |(q, b)| {
-        format!("QPS {q} / burst {b}")
-    });
+    // Without --qps each controller keeps its own default: none for the
+    // TFJob operator, upstream's QPS 50 / burst 100 for Mokka and gpuid.
+    let limit = args.limit.map_or(
+        "the controller's default client limits".to_string(),
+        |(q, b)| format!("QPS {q} / burst {b}"),
+    );
     let (what, unit) = match args.workload.as_str() {
         "tfjob" => (
             format!("{} TFJobs of 1 Chief + 2 PS + 8 Workers", args.jobs),
