@@ -358,35 +358,6 @@ async fn prepare_nodes(admin: &kube::Client) {
     }
 }
 
-fn replica(replicas: i32, run_seconds: Option<u64>) -> serde_json::Value {
-    let mut annotations = json!({"kube-sim.gpufleet.dev/exit-code": "0"});
-    if let Some(seconds) = run_seconds {
-        annotations["kube-sim.gpufleet.dev/run-seconds"] = json!(seconds.to_string());
-    }
-    json!({
-        "replicas": replicas,
-        "restartPolicy": "Never",
-        "template": {
-            "metadata": {"annotations": annotations},
-            "spec": {"containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0"}]},
-        },
-    })
-}
-
-fn tfjob(name: &str, run_seconds: u64) -> TFJobObject {
-    serde_json::from_value(json!({
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name, "namespace": WORK_NAMESPACE},
-        "spec": {"tfReplicaSpecs": {
-            "Chief": replica(1, Some(run_seconds)),
-            "PS": replica(2, None),
-            "Worker": replica(8, Some(run_seconds)),
-        }},
-    }))
-    .unwrap()
-}
-
 fn succeeded(job: &TFJobObject) -> bool {
     job.status
         .get("conditions")
@@ -444,7 +415,11 @@ async fn drive_tfjob(args: &Args, admin: &kube::Client, controller: &mut Process
     for i in 0..args.jobs {
         jobs.create(
             &PostParams::default(),
-            &tfjob(&format!("job-{i:04}"), args.run_seconds),
+            &tfjob::fixtures::eleven_replica_job(
+                &format!("job-{i:04}"),
+                WORK_NAMESPACE,
+                args.run_seconds,
+            ),
         )
         .await
         .expect("TFJob create");

@@ -268,35 +268,6 @@ async fn prepare(client: &kube::Client) {
     }
 }
 
-fn replica(replicas: i32, run_seconds: Option<u64>) -> serde_json::Value {
-    let mut annotations = json!({"kube-sim.gpufleet.dev/exit-code": "0"});
-    if let Some(seconds) = run_seconds {
-        annotations["kube-sim.gpufleet.dev/run-seconds"] = json!(seconds.to_string());
-    }
-    json!({
-        "replicas": replicas,
-        "restartPolicy": "Never",
-        "template": {
-            "metadata": {"annotations": annotations},
-            "spec": {"containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0"}]},
-        },
-    })
-}
-
-fn job(name: &str, run_seconds: u64) -> TFJobObject {
-    serde_json::from_value(json!({
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {"tfReplicaSpecs": {
-            "Chief": replica(1, Some(run_seconds)),
-            "PS": replica(2, None),
-            "Worker": replica(8, Some(run_seconds)),
-        }},
-    }))
-    .unwrap()
-}
-
 // --- observing ----------------------------------------------------------------
 
 #[derive(Default)]
@@ -425,7 +396,11 @@ async fn run_once(args: &Args) -> RunResult {
             async move {
                 jobs.create(
                     &PostParams::default(),
-                    &job(&format!("job-{i:04}"), run_seconds),
+                    &tfjob::fixtures::eleven_replica_job(
+                        &format!("job-{i:04}"),
+                        NAMESPACE,
+                        run_seconds,
+                    ),
                 )
                 .await
                 .expect("job create")

@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod events;
+pub mod fixtures;
 pub mod metrics;
 pub mod plan;
 pub mod pod_groups;
