@@ -360,6 +360,11 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "upstream defect: training-operator's TTL clean-up deletes the expired job again from a cache that still holds it and reports the 404 as a FailedDeleteJob Warning (its DeleteJob has no NotFound case), by timing; ours deletes once, with a UID precondition",
     ),
     (
+        "the job deleted while its pods run",
+        "/events/TFJobFailed:",
+        "upstream defect, by timing: when the garbage collector deletes a deleted job's pods, training-operator can still reconcile the job, counts each Running pod with a deletionTimestamp as failed (the rule of the pod deleted by hand) and records TFJobFailed for a job that is being deleted; ours records nothing for it",
+    ),
+    (
         "no container named tensorflow",
         "/",
         "ours ships no admission webhook: the API server stores the job and ours fails it with InvalidTFJobSpec, as tf-operator did; training-operator's webhook refuses the create",
