@@ -3,14 +3,22 @@
 //! `--kube-api-qps`/`--kube-api-burst` of Mokka, the TFJob operator's
 //! `--qps`/`--burst`) means the same thing through it.
 //!
-//! client-go gives every client a token bucket (`rest.Config.QPS` and
+//! client-go gives every REST client a token bucket (`rest.Config.QPS` and
 //! `Burst`). kube has no such limiter, and controller-kit's work-queue
 //! rate limiter paces reconciles, not API requests, so this module adds one
-//! as a tower layer inside the kube client: every request (exec, GET, PATCH, the start of each watch) takes
-//! one token; a bucket holds at most `BURST` tokens and refills at `QPS`
-//! per second. kube's client serialises calls through a buffer, so waiting
-//! in `poll_ready` queues later requests behind the one being throttled,
-//! as client-go's limiter does.
+//! as a tower layer inside the kube client: every request (GET, PATCH, the
+//! start of each watch) takes one token; a bucket holds at most `BURST`
+//! tokens and refills at `QPS` per second.
+//!
+//! Streams that upgrade the connection (`pods/exec`, `pods/attach`,
+//! `pods/portforward`) take no token: client-go's SPDY and WebSocket
+//! executors build their own round tripper from the `rest.Config` and never
+//! pass through the REST client's limiter, so a Go collector's execs are not
+//! throttled either.
+//!
+//! The token is reserved when the request is made, in the order requests
+//! are made, and the request waits for it in its own future: a throttled
+//! GET never holds back an exec queued behind it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,9 +26,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use kube::client::Body;
 use parking_lot::Mutex;
-use tokio::time::{Instant, Sleep};
-use tower::{Layer, Service};
+use tokio::time::Instant;
+use tower::buffer::Buffer;
+use tower::util::BoxService;
+use tower::{BoxError, Layer, Service, ServiceExt};
 
 /// A token bucket: `qps` tokens per second, at most `burst` stored.
 ///
@@ -98,57 +109,73 @@ impl RateLimitLayer {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimited<S>;
-
-    fn layer(&self, inner: S) -> RateLimited<S> {
-        RateLimited {
-            inner,
-            bucket: Arc::clone(&self.bucket),
-            reserved: false,
-            wait: None,
-        }
-    }
+/// The requests that take no token: connection upgrades for streams.
+fn takes_no_token<B>(request: &http::Request<B>) -> bool {
+    let path = request.uri().path();
+    ["/exec", "/attach", "/portforward"]
+        .iter()
+        .any(|stream| path.ends_with(stream))
 }
 
-/// A service that is ready only once the bucket granted the next request.
-pub struct RateLimited<S> {
-    inner: S,
-    bucket: Arc<TokenBucket>,
-    /// A token is held for the next `call`.
-    reserved: bool,
-    wait: Option<Pin<Box<Sleep>>>,
-}
-
-impl<S, Request> Service<Request> for RateLimited<S>
+impl<S> Layer<S> for RateLimitLayer
 where
-    S: Service<Request>,
+    S: Service<http::Request<Body>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError> + Send + Sync,
+    S::Response: Send + 'static,
 {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+    type Service = RateLimited<S::Response>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if !self.reserved {
-            self.reserved = true;
-            let delay = self.bucket.reserve();
-            if !delay.is_zero() {
-                self.wait = Some(Box::pin(tokio::time::sleep(delay)));
-            }
+    fn layer(&self, inner: S) -> Self::Service {
+        // The request waits for its token inside its own future, so it needs
+        // a handle on the inner service it can take along: a buffer, which
+        // kube's client puts in front of its stack too (and, like it, must be
+        // made inside a Tokio runtime).
+        RateLimited {
+            inner: Buffer::new(BoxService::new(inner.map_err(Into::into)), 1024),
+            bucket: Arc::clone(&self.bucket),
         }
-        if let Some(wait) = self.wait.as_mut() {
-            if wait.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.wait = None;
-        }
-        self.inner.poll_ready(cx)
+    }
+}
+
+/// The inner service behind its buffer.
+type Inner<Response> = Buffer<
+    http::Request<Body>,
+    <BoxService<http::Request<Body>, Response, BoxError> as Service<http::Request<Body>>>::Future,
+>;
+
+/// A service whose requests wait for their token before they are sent.
+pub struct RateLimited<Response> {
+    inner: Inner<Response>,
+    bucket: Arc<TokenBucket>,
+}
+
+impl<Response> Service<http::Request<Body>> for RateLimited<Response>
+where
+    Response: Send + 'static,
+{
+    type Response = Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Back-pressure comes from the buffer, once the token is due.
+        Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
-        // The token is spent; the next request reserves its own.
-        self.reserved = false;
-        self.inner.call(request)
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let delay = if takes_no_token(&request) {
+            Duration::ZERO
+        } else {
+            self.bucket.reserve()
+        };
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            inner.ready().await?.call(request).await
+        })
     }
 }
 
@@ -212,7 +239,7 @@ mod tests {
     #[derive(Clone)]
     struct Clock;
 
-    impl Service<()> for Clock {
+    impl Service<http::Request<Body>> for Clock {
         type Response = Instant;
         type Error = std::convert::Infallible;
         type Future = std::future::Ready<Result<Instant, Self::Error>>;
@@ -221,14 +248,23 @@ mod tests {
             Poll::Ready(Ok(()))
         }
 
-        fn call(&mut self, (): ()) -> Self::Future {
+        fn call(&mut self, _: http::Request<Body>) -> Self::Future {
             std::future::ready(Ok(Instant::now()))
         }
     }
 
+    fn request(path: &str) -> http::Request<Body> {
+        http::Request::get(path)
+            .body(Body::from(Vec::new()))
+            .expect("a valid request line")
+    }
+
+    const GET_POD: &str = "/api/v1/namespaces/gpu-operator/pods/plugin-0";
+    const EXEC: &str =
+        "/api/v1/namespaces/gpu-operator/pods/plugin-0/exec?command=nvidia-smi&stdout=true";
+
     #[tokio::test]
     async fn the_layer_holds_requests_beyond_the_burst_until_their_token_is_due() {
-        use tower::ServiceExt;
         // 20 per second after a burst of 2: request n (from 0) cannot
         // start before (n - 1) * 50 ms. Only lower bounds are asserted, so a
         // loaded machine cannot make this fail.
@@ -236,7 +272,13 @@ mod tests {
         let start = Instant::now();
         let mut offsets = Vec::new();
         for _ in 0..5 {
-            let at = service.ready().await.unwrap().call(()).await.unwrap();
+            let at = service
+                .ready()
+                .await
+                .expect("ready")
+                .call(request(GET_POD))
+                .await
+                .expect("answered");
             offsets.push(at - start);
         }
         for (n, offset) in offsets.iter().enumerate().skip(2) {
@@ -244,5 +286,48 @@ mod tests {
             assert!(*offset >= earliest, "request {n} at {offsets:?}");
         }
         assert!(offsets.windows(2).all(|pair| pair[0] <= pair[1]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_exec_takes_no_token_and_does_not_wait_behind_throttled_requests() {
+        // 1 per second, burst 1: the first GET empties the bucket, so the
+        // next two GETs wait 1 s and 2 s. Execs made after them go at once
+        // and leave the bucket as it was.
+        let mut service = RateLimitLayer::new(1.0, 1).layer(Clock);
+        let start = Instant::now();
+        let gets: Vec<_> = (0..3).map(|_| service.call(request(GET_POD))).collect();
+        let execs: Vec<_> = (0..5).map(|_| service.call(request(EXEC))).collect();
+        let exec_times = futures::future::try_join_all(execs)
+            .await
+            .expect("execs answered");
+        assert!(
+            exec_times.iter().all(|at| *at - start < MS),
+            "execs waited: {:?}",
+            exec_times.iter().map(|at| *at - start).collect::<Vec<_>>()
+        );
+        let get_times = futures::future::try_join_all(gets)
+            .await
+            .expect("gets answered");
+        let waits: Vec<Duration> = get_times.iter().map(|at| *at - start).collect();
+        assert!(waits[0] < MS, "{waits:?}");
+        assert!(waits[1] >= Duration::from_secs(1) - MS, "{waits:?}");
+        // The execs took nothing: the third GET waits two periods, not seven.
+        assert!(waits[2] >= Duration::from_secs(2) - MS, "{waits:?}");
+        assert!(waits[2] < Duration::from_secs(3), "{waits:?}");
+    }
+
+    #[test]
+    fn only_stream_upgrades_are_exempt() {
+        assert!(takes_no_token(&request(EXEC)));
+        assert!(takes_no_token(&request(
+            "/api/v1/namespaces/a/pods/b/attach?stdout=true"
+        )));
+        assert!(takes_no_token(&request(
+            "/api/v1/namespaces/a/pods/b/portforward?ports=80"
+        )));
+        assert!(!takes_no_token(&request(GET_POD)));
+        assert!(!takes_no_token(&request(
+            "/api/v1/namespaces/exec/pods?watch=true"
+        )));
     }
 }

@@ -692,12 +692,16 @@ async fn settled_requests(admin: &kube::Client) -> BTreeMap<(String, String), u6
 }
 
 fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command) {
-    let mut command = Command::new(gpufleet());
+    let mut command = wrapped(gpufleet());
     if args.workload == "gpuid" {
         // gpuid's configuration is its environment, as upstream's.
         command
             .args(["gpuid", "run"])
             .env_clear()
+            // Only for a profiler wrapping the binary, which is a script.
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            // mimalloc's own tuning (MIMALLOC_*), for memory experiments.
+            .envs(std::env::vars().filter(|(name, _)| name.starts_with("MIMALLOC_")))
             .env("KUBECONFIG", kubeconfig)
             .env("CLUSTER_NAME", "bench")
             .env("SERVER_PORT", free_port().to_string())
@@ -742,6 +746,22 @@ fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command)
             ]);
         }
         ("gpufleet mokka", command)
+    }
+}
+
+/// `binary`, or `binary` under the profiler named by
+/// `GPUFLEET_BENCH_WRAP` (for example `heaptrack -o /tmp/gpuid`): a run for
+/// a profile, whose CPU and RSS columns then describe the wrapper.
+fn wrapped(binary: PathBuf) -> Command {
+    let wrapper = std::env::var("GPUFLEET_BENCH_WRAP").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(binary);
+            command
+        }
+        None => Command::new(binary),
     }
 }
 

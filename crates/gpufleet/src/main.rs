@@ -11,7 +11,10 @@ use clap::{CommandFactory, FromArgMatches};
 // glibc's malloc serialises a thread's frees of memory another thread
 // allocated, and tokio moves tasks (and what they allocated) between
 // threads: under load a third of the cores sat waiting on its arena locks.
-// mimalloc frees across threads without a shared lock.
+// mimalloc frees across threads without a shared lock. The
+// `system-allocator` feature keeps glibc's, for heap profilers (heaptrack)
+// that see only malloc.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -24,6 +24,7 @@ use super::node_state::{
 };
 use super::pod::collectable;
 use super::settings::CollectorSettings;
+use super::sightings::Sightings;
 use super::sink::RecordSink;
 use crate::inventory::{ChangeEvent, ChangeKind, diff, inventory_hash};
 use crate::record::{GpuRecord, NodeIdentity, Observation, RecordError, records_from_report};
@@ -167,9 +168,9 @@ struct Collected {
 struct Memory {
     /// Pod key → last collection (skip re-collection on every status update).
     collected: HashMap<String, Collected>,
-    /// GPU key → the node it was last seen on and its record (move
-    /// detection); seeded from the Nodes' stored inventories at start.
-    gpus: HashMap<String, (String, GpuRecord)>,
+    /// Where each GPU was last seen (move detection); seeded from the
+    /// Nodes' stored inventories at start.
+    gpus: Sightings,
     /// GPU key → its removal held during the first sweep.
     held: HashMap<String, HeldRemoval>,
     /// Node → its export patch, waiting until its held removals are exported.
@@ -258,12 +259,7 @@ impl Collector {
         let seeded = self.stored_inventories().await;
         let mut memory = self.memory.lock();
         for (node, records) in seeded {
-            for record in records {
-                memory
-                    .gpus
-                    .entry(record.gpu_key())
-                    .or_insert_with(|| (node.clone(), record));
-            }
+            memory.gpus.seed(&node, &records);
         }
         memory.sweep = Some(Sweep::Running(keys));
     }
@@ -594,13 +590,8 @@ impl Collector {
     ) -> Changes {
         let mut memory = self.memory.lock();
         let memory = &mut *memory;
-        let seen_elsewhere = |record: &GpuRecord| {
-            memory
-                .gpus
-                .get(&record.gpu_key())
-                .filter(|(node, _)| node != node_name)
-                .map(|(_, record)| record.clone())
-        };
+        let seen_elsewhere =
+            |record: &GpuRecord| memory.gpus.elsewhere(&record.gpu_key(), node_name);
         let mut before: Vec<GpuRecord> = stored
             .iter()
             .filter(|record| seen_elsewhere(record).is_none())
@@ -651,13 +642,7 @@ impl Collector {
     }
 
     fn remember(&self, node_name: &str, records: &[GpuRecord]) {
-        let mut memory = self.memory.lock();
-        memory.gpus.retain(|_, (node, _)| node != node_name);
-        for record in records {
-            memory
-                .gpus
-                .insert(record.gpu_key(), (node_name.to_owned(), record.clone()));
-        }
+        self.memory.lock().gpus.remember(node_name, records);
     }
 
     /// The pod is gone. If its node is gone too, its GPUs are reported removed.
@@ -677,18 +662,7 @@ impl Collector {
         if exists {
             return Ok(());
         }
-        let removed: Vec<GpuRecord> = {
-            let mut memory = self.memory.lock();
-            let mut removed = Vec::new();
-            memory.gpus.retain(|_, (node, record)| {
-                let keep = node != &collected.node;
-                if !keep {
-                    removed.push(record.clone());
-                }
-                keep
-            });
-            removed
-        };
+        let removed = self.memory.lock().gpus.forget(&collected.node);
         let _ = self.metrics.node_gpus.remove(&NodeLabel {
             node: collected.node.clone(),
         });

@@ -39,6 +39,7 @@ pub mod pod;
 pub mod run;
 pub mod serve;
 pub mod settings;
+pub mod sightings;
 pub mod sink;
 
 pub use collector::{CollectError, Collector, node_identity};
