@@ -88,6 +88,7 @@ where
 pub fn record_uid(uid: &str) {
     tracing::Span::current().record("uid", uid);
 }
+
 /// Undoes one attachment of a handler to a cache.
 type Detach = Box<dyn FnOnce() + Send>;
 type Attach<K> = Box<dyn Fn(&Enqueue<K>) -> Detach + Send + Sync>;
