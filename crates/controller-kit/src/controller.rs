@@ -13,6 +13,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::caches::{CachedObject, CachedStore, ObjectEvent};
 use crate::coalescer::{Coalescer, CoalescerConfig, CoalescerShutDown};
@@ -28,14 +29,66 @@ pub enum Action {
     RequeueAfter(Duration),
 }
 
-/// A reconcile failure; the key is retried rate-limited.
-pub type ReconcileError = Box<dyn std::error::Error + Send + Sync>;
+/// What the worker loop does with a key whose reconcile failed, decided by the failure
+/// ([`ReconcileFailure::retry`]), as kube-runtime's `error_policy` decides it per error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// client-go's `AddRateLimited`: the key's failure count grows the delay (5 ms
+    /// doubling up to 1000 s with the default limiter). For transient failures: the API
+    /// server unavailable or throttling, a timeout, an exporter that is down.
+    Backoff,
+    /// Again after this fixed delay, outside the backoff; the failure count is kept. For
+    /// an optimistic-concurrency conflict: the cache is behind, the watch event that
+    /// brings it up to date queues the key by itself, and this delay is only the safety
+    /// net, so it does not need to grow.
+    After(Duration),
+    /// Not retried, and the failure count is forgotten: the next change of the object
+    /// (a watch event) queues the key again. For input that no retry can fix, such as an
+    /// invalid spec or a queue key that names no object.
+    AwaitChange,
+}
+
+/// A typed reconcile failure: each controller has its own error enum whose variants say
+/// what failed, and this trait tells the worker loop how to count and retry each one.
+pub trait ReconcileFailure: std::error::Error + Send + Sync + 'static {
+    /// The `error` label of `reconcile_errors_total`: a short snake_case name from a
+    /// small fixed set, never built from the object or the message (label cardinality).
+    fn metric_label(&self) -> &'static str;
+
+    /// How the key is retried; transient by default.
+    fn retry(&self) -> Retry {
+        Retry::Backoff
+    }
+}
+
+/// A failure as the worker loop holds it, whatever the controller's error type.
+type BoxedFailure = Box<dyn ReconcileFailure>;
 
 type ReconcileFn<K> = Arc<
-    dyn Fn(K, CancellationToken) -> BoxFuture<'static, Result<Action, ReconcileError>>
-        + Send
-        + Sync,
+    dyn Fn(K, CancellationToken) -> BoxFuture<'static, Result<Action, BoxedFailure>> + Send + Sync,
 >;
+
+/// Boxes a typed reconcile function into the form the worker loop calls.
+fn boxed<K, R, F, E>(reconcile: R) -> ReconcileFn<K>
+where
+    K: QueueKey,
+    R: Fn(K, CancellationToken) -> F + Send + Sync + 'static,
+    F: Future<Output = Result<Action, E>> + Send + 'static,
+    E: ReconcileFailure,
+{
+    Arc::new(move |key, cancel| {
+        reconcile(key, cancel)
+            .map(|result| result.map_err(|error| Box::new(error) as BoxedFailure))
+            .boxed()
+    })
+}
+
+/// Records the object's UID on the reconcile span the worker loop opened for its key,
+/// once the reconcile has read the object: every later log line of the pass names it.
+pub fn record_uid(uid: &str) {
+    tracing::Span::current().record("uid", uid);
+}
+
 /// Undoes one attachment of a handler to a cache.
 type Detach = Box<dyn FnOnce() + Send>;
 type Attach<K> = Box<dyn Fn(&Enqueue<K>) -> Detach + Send + Sync>;
@@ -92,11 +145,12 @@ impl<K: QueueKey> Controller<K> {
     /// A controller whose queue is called `name`, reconciling each key with `reconcile`.
     ///
     /// `reconcile` receives a token that is cancelled when leadership ends; long work
-    /// should stop when it fires.
-    pub fn new<R, F>(name: impl Into<String>, reconcile: R) -> Self
+    /// should stop when it fires. Its error type decides how failures are retried.
+    pub fn new<R, F, E>(name: impl Into<String>, reconcile: R) -> Self
     where
         R: Fn(K, CancellationToken) -> F + Send + Sync + 'static,
-        F: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+        F: Future<Output = Result<Action, E>> + Send + 'static,
+        E: ReconcileFailure,
     {
         Self {
             name: name.into(),
@@ -104,7 +158,7 @@ impl<K: QueueKey> Controller<K> {
             rate_limiter: RateLimiterConfig::default(),
             coalescer: None,
             attachers: Vec::new(),
-            reconcile: Arc::new(move |key, cancel| reconcile(key, cancel).boxed()),
+            reconcile: boxed(reconcile),
         }
     }
 
@@ -194,17 +248,15 @@ pub struct WorkerPool<K: QueueKey> {
 }
 
 impl<K: QueueKey> WorkerPool<K> {
-    /// Workers named `name` (in logs and observations) reconciling the keys of `queue`.
-    pub fn new<R, F>(name: impl Into<String>, queue: WorkQueue<K>, reconcile: R) -> Self
+    /// Workers named `name` (in logs, spans, observations and the `controller` label of
+    /// `reconcile_errors_total`) reconciling the keys of `queue`.
+    pub fn new<R, F, E>(name: impl Into<String>, queue: WorkQueue<K>, reconcile: R) -> Self
     where
         R: Fn(K, CancellationToken) -> F + Send + Sync + 'static,
-        F: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+        F: Future<Output = Result<Action, E>> + Send + 'static,
+        E: ReconcileFailure,
     {
-        Self::from_fn(
-            name,
-            queue,
-            Arc::new(move |key, cancel| reconcile(key, cancel).boxed()),
-        )
+        Self::from_fn(name, queue, boxed(reconcile))
     }
 
     fn from_fn(name: impl Into<String>, queue: WorkQueue<K>, reconcile: ReconcileFn<K>) -> Self {
@@ -376,9 +428,23 @@ impl<K: QueueKey> LeaderWork for Controller<K> {
     }
 }
 
+/// A key as log lines show it: a `namespace/name` or `name` string as it is (its
+/// debug form would quote it, and JSON logs would escape the quotes), any other key
+/// (Mokka's group and status keys) in its debug form.
+fn key_text<K: QueueKey>(key: &K) -> String {
+    match (key as &dyn std::any::Any).downcast_ref::<String>() {
+        Some(text) => text.clone(),
+        None => format!("{key:?}"),
+    }
+}
+
 /// The one worker loop of every controller, as upstream Mokka runs each of its
-/// controllers: get, reconcile, forget on success, retry rate-limited on failure unless
-/// leadership or the queue is ending.
+/// controllers: get, reconcile, forget on success; on failure count it by its label and
+/// retry as the failure asks ([`Retry`]), unless leadership or the queue is ending.
+///
+/// Each reconcile runs inside one span, `reconcile{controller, key, uid}`, so every log
+/// line of the pass, the worker's own included, names the object; the reconcile fills
+/// `uid` in with [`record_uid`] when it knows it.
 async fn run_worker<K: QueueKey>(pool: WorkerPool<K>, cancel: CancellationToken) {
     let WorkerPool {
         name,
@@ -393,16 +459,30 @@ async fn run_worker<K: QueueKey>(pool: WorkerPool<K>, cancel: CancellationToken)
             queue.done(&key);
             break;
         }
+        // At ERROR level so that a filter set to `warn` or `error` keeps it: a span
+        // that is filtered out leaves its events without the key.
+        let span = tracing::error_span!(
+            "reconcile",
+            controller = %name,
+            key = %key_text(&key),
+            uid = tracing::field::Empty,
+        );
         if let Some(coalescer) = &coalescer {
             coalescer.start(&key);
         }
         let started = tokio::time::Instant::now();
-        let result = reconcile(key.clone(), cancel.clone()).await;
+        let result = reconcile(key.clone(), cancel.clone())
+            .instrument(span.clone())
+            .await;
         if let Some(observer) = &observer {
             observer(&name, started.elapsed(), result.is_ok());
         }
+        let retry = result.as_ref().err().map(|error| error.retry());
         if let Some(coalescer) = &coalescer {
-            coalescer.finish(&key, result.is_ok());
+            // A failure that is not retried leaves nothing to wait for: changes made
+            // during the pass are delivered as after a success.
+            let settled = matches!(retry, None | Some(Retry::AwaitChange));
+            coalescer.finish(&key, settled);
         }
         match result {
             Ok(action) => {
@@ -412,10 +492,30 @@ async fn run_worker<K: QueueKey>(pool: WorkerPool<K>, cancel: CancellationToken)
                 }
             }
             Err(error) => {
-                if !cancel.is_cancelled() && !queue.is_shutting_down() {
-                    queue.add_rate_limited(key.clone());
+                let label = error.metric_label();
+                queue.reconcile_metrics().failed(&name, label);
+                let retry = error.retry();
+                let ending = cancel.is_cancelled() || queue.is_shutting_down();
+                match retry {
+                    Retry::Backoff if !ending => queue.add_rate_limited(key.clone()),
+                    Retry::After(delay) if !ending => queue.add_after(key.clone(), delay),
+                    Retry::AwaitChange => queue.forget(&key),
+                    Retry::Backoff | Retry::After(_) => {}
                 }
-                tracing::error!(controller = %name, ?key, %error, "Controller reconciliation failed");
+                span.in_scope(|| match retry {
+                    Retry::Backoff => tracing::error!(
+                        error = %error,
+                        error_kind = label,
+                        ?retry,
+                        "Controller reconciliation failed"
+                    ),
+                    Retry::After(_) | Retry::AwaitChange => tracing::warn!(
+                        error = %error,
+                        error_kind = label,
+                        ?retry,
+                        "Controller reconciliation failed"
+                    ),
+                });
             }
         }
         queue.done(&key);
@@ -431,6 +531,35 @@ mod tests {
     use kube::runtime::watcher::Event;
     use parking_lot::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The failures of the test controllers, one per retry decision.
+    #[derive(Debug, thiserror::Error)]
+    enum Failure {
+        #[error("apiserver said 500")]
+        Unavailable,
+        #[error("the object changed under us")]
+        Conflict,
+        #[error("spec.replicas must not be negative")]
+        Invalid,
+    }
+
+    impl ReconcileFailure for Failure {
+        fn metric_label(&self) -> &'static str {
+            match self {
+                Failure::Unavailable => "unavailable",
+                Failure::Conflict => "conflict",
+                Failure::Invalid => "invalid_spec",
+            }
+        }
+
+        fn retry(&self) -> Retry {
+            match self {
+                Failure::Unavailable => Retry::Backoff,
+                Failure::Conflict => Retry::After(Duration::from_secs(1)),
+                Failure::Invalid => Retry::AwaitChange,
+            }
+        }
+    }
 
     fn config_map(name: &str) -> ConfigMap {
         ConfigMap {
@@ -458,7 +587,7 @@ mod tests {
                 let reconciled = Arc::clone(&reconciled);
                 async move {
                     reconciled.lock().push(key);
-                    Ok(Action::AwaitChange)
+                    Ok::<_, Failure>(Action::AwaitChange)
                 }
             })
             .workers(2)
@@ -498,9 +627,9 @@ mod tests {
                 let attempt = attempts.fetch_add(1, Ordering::SeqCst);
                 async move {
                     if attempt < 3 {
-                        Err::<Action, ReconcileError>("apiserver said 500".into())
+                        Err(Failure::Unavailable)
                     } else {
-                        Ok(Action::AwaitChange)
+                        Ok::<_, Failure>(Action::AwaitChange)
                     }
                 }
             })
@@ -531,6 +660,190 @@ mod tests {
         running.drain(Duration::from_secs(1)).await;
     }
 
+    /// A controller over a detached ConfigMap store whose reconcile of attempt `n`
+    /// (counted from 0) returns `outcome(n)`.
+    fn counting_controller(
+        name: &str,
+        store: &DetachedStore<ConfigMap>,
+        outcome: impl Fn(usize) -> Result<Action, Failure> + Send + Sync + 'static,
+    ) -> (Controller<String>, Arc<AtomicUsize>) {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let controller = {
+            let attempts = Arc::clone(&attempts);
+            Controller::new(name, move |_key: String, _cancel| {
+                let result = outcome(attempts.fetch_add(1, Ordering::SeqCst));
+                async move { result }
+            })
+            .watches(&store.reader(), |event, enqueue| {
+                enqueue.add(name_of(event))
+            })
+        };
+        (controller, attempts)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_is_retried_after_its_fixed_delay_instead_of_the_backoff() {
+        let mut store = DetachedStore::new("cms", StoreOptions::default());
+        let (controller, attempts) = counting_controller("conflicted", &store, |attempt| {
+            if attempt < 2 {
+                Err(Failure::Conflict)
+            } else {
+                Ok(Action::AwaitChange)
+            }
+        });
+        let cancel = CancellationToken::new();
+        let metrics = WorkQueueMetrics::default();
+        let running = controller.start(cancel.clone(), &metrics).unwrap();
+        let start = tokio::time::Instant::now();
+        store.apply(Event::Apply(config_map("k")));
+        while attempts.load(Ordering::SeqCst) < 3 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Two fixed delays of 1 s; the backoff would have taken 5 + 10 ms.
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= Duration::from_secs(2) && elapsed < Duration::from_millis(2010),
+            "{elapsed:?}"
+        );
+        assert_eq!(metrics.reconcile().errors_of("conflicted", "conflict"), 2);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(attempts.load(Ordering::SeqCst), 3, "no retry after success");
+        cancel.cancel();
+        running.drain(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invalid_spec_is_not_retried_until_the_object_changes() {
+        let mut store = DetachedStore::new("cms", StoreOptions::default());
+        let (controller, attempts) =
+            counting_controller("validating", &store, |_| Err(Failure::Invalid));
+        let cancel = CancellationToken::new();
+        let metrics = WorkQueueMetrics::default();
+        let running = controller.start(cancel.clone(), &metrics).unwrap();
+        store.apply(Event::Apply(config_map("k")));
+        // Longer than the whole backoff ladder of the default limiter.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(
+            attempts.load(Ordering::SeqCst),
+            1,
+            "never retried by itself"
+        );
+        assert_eq!(
+            metrics.reconcile().errors_of("validating", "invalid_spec"),
+            1
+        );
+
+        let mut changed = config_map("k");
+        changed.data = Some([("replicas".to_string(), "1".to_string())].into());
+        store.apply(Event::Apply(changed));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            attempts.load(Ordering::SeqCst),
+            2,
+            "the change queues it again"
+        );
+        cancel.cancel();
+        running.drain(Duration::from_secs(1)).await;
+    }
+
+    /// A log sink the test can read back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn lines(&self) -> Vec<String> {
+            String::from_utf8_lossy(&self.0.lock())
+                .lines()
+                .map(str::to_string)
+                .collect()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_reconcile_is_counted_by_label_and_every_log_line_names_its_object_at_warn_level()
+     {
+        let captured = Captured::default();
+        let subscriber = {
+            let captured = captured.clone();
+            tracing_subscriber::fmt()
+                .with_writer(move || captured.clone())
+                .with_ansi(false)
+                // Only warnings and errors: the key must not depend on info being on.
+                .with_max_level(tracing::Level::WARN)
+                .finish()
+        };
+        // The runtime of this test is single-threaded, so the workers log here too.
+        let _logging = tracing::subscriber::set_default(subscriber);
+
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = WorkQueueMetrics::register(&mut registry);
+        let mut store = DetachedStore::new("cms", StoreOptions::default());
+        let controller = Controller::new("configmaps", |key: String, _cancel| async move {
+            record_uid(&format!("uid-of-{key}"));
+            tracing::warn!("read the object");
+            Err::<Action, _>(Failure::Unavailable)
+        })
+        .watches(&store.reader(), |event, enqueue| {
+            enqueue.add(name_of(event))
+        });
+        let cancel = CancellationToken::new();
+        let running = controller.start(cancel.clone(), &metrics).unwrap();
+        store.apply(Event::Apply(config_map("first")));
+        store.apply(Event::Apply(config_map("second")));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        cancel.cancel();
+        running.drain(Duration::from_secs(1)).await;
+
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains(
+                r#"reconcile_errors_total{controller="configmaps",error="unavailable"} 2"#
+            ),
+            "{text}"
+        );
+        let lines = captured.lines();
+        for name in ["first", "second"] {
+            let about: Vec<&String> = lines
+                .iter()
+                .filter(|line| {
+                    line.contains(&format!(
+                        r#"reconcile{{controller=configmaps key={name} uid="uid-of-{name}"}}"#
+                    ))
+                })
+                .collect();
+            assert!(
+                about.iter().any(|line| line.contains("read the object")),
+                "{lines:#?}"
+            );
+            assert!(
+                about.iter().any(|line| line.contains("ERROR")
+                    && line.contains("Controller reconciliation failed")
+                    && line.contains("error=apiserver said 500")
+                    && line.contains("error_kind=\"unavailable\"")),
+                "{lines:#?}"
+            );
+        }
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|line| line.contains("reconcile{"))
+                .count(),
+            lines.len(),
+            "no line outside a reconcile span: {lines:#?}"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_coalesced_controller_reconciles_a_burst_once() {
         let mut store = DetachedStore::new("cms", StoreOptions::default());
@@ -539,7 +852,7 @@ mod tests {
             let count = Arc::clone(&count);
             Controller::new("status", move |_key: String, _cancel| {
                 count.fetch_add(1, Ordering::SeqCst);
-                async { Ok(Action::AwaitChange) }
+                async { Ok::<_, Failure>(Action::AwaitChange) }
             })
             .coalesce(CoalescerConfig::default())
             .watches(&store.reader(), |_event, enqueue| {
@@ -564,7 +877,7 @@ mod tests {
         let mut store = DetachedStore::new("cms", StoreOptions::default());
         let controller = Controller::new("stuck", |_key: String, _cancel| async {
             tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok(Action::AwaitChange)
+            Ok::<_, Failure>(Action::AwaitChange)
         })
         .watches(&store.reader(), |event, enqueue| {
             enqueue.add(name_of(event))
@@ -602,7 +915,7 @@ mod tests {
         running.spawn(
             WorkerPool::new("first", first.clone(), move |key: String, _cancel| {
                 forward.add(u32::try_from(key.len()).unwrap_or(u32::MAX));
-                async { Ok(Action::AwaitChange) }
+                async { Ok::<_, Failure>(Action::AwaitChange) }
             })
             .observe(Arc::clone(&observer)),
             2,
@@ -612,7 +925,7 @@ mod tests {
             running.spawn(
                 WorkerPool::new("second", second.clone(), move |key: u32, _cancel| {
                     reached.lock().push(key);
-                    async { Ok(Action::AwaitChange) }
+                    async { Ok::<_, Failure>(Action::AwaitChange) }
                 })
                 .observe(observer),
                 1,
@@ -661,7 +974,7 @@ mod tests {
                     async move {
                         let _held = guard;
                         tokio::time::sleep(Duration::from_secs(3600)).await;
-                        Ok(Action::AwaitChange)
+                        Ok::<_, Failure>(Action::AwaitChange)
                     }
                 }),
                 1,
@@ -688,9 +1001,15 @@ mod tests {
     }
 
     #[test]
+    fn a_string_key_is_logged_as_it_is_and_any_other_key_in_its_debug_form() {
+        assert_eq!(key_text(&"ns/job".to_string()), "ns/job");
+        assert_eq!(key_text(&("inventory", 3)), r#"("inventory", 3)"#);
+    }
+
+    #[test]
     fn zero_workers_is_a_configuration_error() {
         let controller = Controller::new("q", |_key: String, _cancel| async {
-            Ok(Action::AwaitChange)
+            Ok::<_, Failure>(Action::AwaitChange)
         })
         .workers(0);
         assert_eq!(

@@ -31,12 +31,14 @@ pub mod telemetry;
 
 pub use caches::{CachedStore, Caches, ObjectEvent, StoreOptions};
 pub use coalescer::{Coalescer, CoalescerConfig};
-pub use controller::{Action, Controller, Enqueue, ReconcileError, RunningWork, WorkerPool};
+pub use controller::{
+    Action, Controller, Enqueue, ReconcileFailure, Retry, RunningWork, WorkerPool, record_uid,
+};
 pub use error::ConfigError;
 pub use events::EventSink;
 pub use leader::{LeaderElectionConfig, LeaderElector, LeaseLock};
 pub use manager::{Manager, ManagerConfig, ManagerError, Replica};
-pub use metrics::MetricsRegistry;
+pub use metrics::{MetricsRegistry, ReconcileMetrics};
 pub use queue::{RateLimiter, RateLimiterConfig, WorkQueue, WorkQueueMetrics};
 pub use rate_limit::{RateLimitLayer, TokenBucket, rate_limited_client};
 pub use readiness::{Readiness, ReplicaRole};

@@ -38,3 +38,58 @@ impl MetricsRegistry {
         Ok(text)
     }
 }
+
+/// The labels of `reconcile_errors_total`: which controller (worker pool) failed and
+/// the failure's [`metric_label`](crate::controller::ReconcileFailure::metric_label).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ReconcileErrorLabels {
+    /// The controller, as its worker pool is named.
+    pub controller: String,
+    /// What failed, a small fixed set per controller.
+    pub error: String,
+}
+
+/// Failed reconciles by controller and kind of failure, counted by the worker loop.
+///
+/// It travels with the work-queue metrics (every queue carries a handle), so whoever
+/// registers [`WorkQueueMetrics`](crate::WorkQueueMetrics) exposes it too and the worker
+/// loop needs no second handle.
+#[derive(Clone, Debug, Default)]
+pub struct ReconcileMetrics {
+    errors: prometheus_client::metrics::family::Family<
+        ReconcileErrorLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+}
+
+impl ReconcileMetrics {
+    /// Registers the family as `reconcile_errors_total` (the client appends `_total`).
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles per controller and kind of error",
+            self.errors.clone(),
+        );
+    }
+
+    /// Counts one failure of `controller` labelled `error`.
+    pub fn failed(&self, controller: &str, error: &str) {
+        self.errors
+            .get_or_create(&Self::labels(controller, error))
+            .inc();
+    }
+
+    /// How many failures of `controller` were labelled `error`.
+    pub fn errors_of(&self, controller: &str, error: &str) -> u64 {
+        self.errors
+            .get_or_create(&Self::labels(controller, error))
+            .get()
+    }
+
+    fn labels(controller: &str, error: &str) -> ReconcileErrorLabels {
+        ReconcileErrorLabels {
+            controller: controller.to_string(),
+            error: error.to_string(),
+        }
+    }
+}

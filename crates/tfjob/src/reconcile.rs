@@ -9,8 +9,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
-use controller_kit::{Action, CachedStore, ReconcileError};
+use controller_kit::{Action, CachedStore, ReconcileFailure, Retry};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::api::{
@@ -19,7 +20,6 @@ use kube::api::{
 use kube::runtime::events::EventType as KubeEventType;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tracing::Instrument;
 
 use crate::api::{API_VERSION, JobStatus, KIND, TFJobObject};
 use crate::events::EventQueue;
@@ -38,20 +38,123 @@ pub const INDEX_OWNER: &str = "tfjob-owner";
 /// orphans to adopt.
 pub const INDEX_JOB_LABEL: &str = "tfjob-name";
 
-/// Errors of one pass (the key is retried rate-limited).
+/// How long a pass that met a conflict waits before it runs again. The
+/// job's or child's watch event usually queues it sooner; this only covers
+/// a conflict on an object no event will bring.
+pub const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+/// Why one pass failed. Each variant names what failed; the worker loop
+/// counts it under [`ReconcileFailure::metric_label`] and retries it as
+/// [`ReconcileFailure::retry`] says:
+///
+/// * a key that names no job (`invalid_key`) is never retried;
+/// * a write the API server rejected as invalid (422 or 400, `invalid_spec`:
+///   the job's pod or Service template cannot be created as written) waits
+///   for the job to change, with its `FailedCreatePod`-style Warning Event
+///   on the job. Upstream's operator retries these with backoff forever,
+///   filling the log with the same refusal; an edit of the job queues it
+///   again here;
+/// * a conflict (`conflict`) runs again after [`CONFLICT_RETRY`];
+/// * everything else (the API server unavailable, throttling, a timeout, a
+///   refused quota) backs off through the queue's rate limiter, as upstream
+///   does for every error, labelled by the call that failed (`create_pod`,
+///   `patch_status`, ...).
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileFailure {
+pub enum ReconcileError {
     #[error("invalid tfjob key {0:?}: either namespace or name is missing")]
     InvalidKey(String),
     #[error(transparent)]
     PodGroup(#[from] pod_groups::PodGroupError),
-    #[error("{what} {name}: {source}")]
+    #[error("{call} {name}: {source}")]
     Api {
-        what: &'static str,
+        call: ApiCall,
         name: String,
         #[source]
         source: kube::Error,
     },
+}
+
+/// The API call of a failed write, by verb and resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiCall {
+    CreatePod,
+    DeletePod,
+    ClaimPod,
+    CreateService,
+    DeleteService,
+    ClaimService,
+    DeleteJob,
+    PatchJobStatus,
+}
+
+impl ApiCall {
+    /// The metric label of a transient failure of this call.
+    pub fn label(self) -> &'static str {
+        match self {
+            ApiCall::CreatePod => "create_pod",
+            ApiCall::DeletePod => "delete_pod",
+            ApiCall::ClaimPod => "patch_pod_owners",
+            ApiCall::CreateService => "create_service",
+            ApiCall::DeleteService => "delete_service",
+            ApiCall::ClaimService => "patch_service_owners",
+            ApiCall::DeleteJob => "delete_tfjob",
+            ApiCall::PatchJobStatus => "patch_status",
+        }
+    }
+
+    fn doing(self) -> &'static str {
+        match self {
+            ApiCall::CreatePod => "creating pod",
+            ApiCall::DeletePod => "deleting pod",
+            ApiCall::ClaimPod => "claiming pod",
+            ApiCall::CreateService => "creating service",
+            ApiCall::DeleteService => "deleting service",
+            ApiCall::ClaimService => "claiming service",
+            ApiCall::DeleteJob => "deleting tfjob",
+            ApiCall::PatchJobStatus => "writing status of tfjob",
+        }
+    }
+}
+
+impl std::fmt::Display for ApiCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.doing())
+    }
+}
+
+/// The API server's answer, when the failure is one.
+fn answer_of(error: &ReconcileError) -> Option<&kube::Error> {
+    match error {
+        ReconcileError::InvalidKey(_) => None,
+        ReconcileError::PodGroup(error) => Some(&error.source),
+        ReconcileError::Api { source, .. } => Some(source),
+    }
+}
+
+/// A write the server refused as invalid: retrying the same body fails the same way.
+fn rejected(error: &kube::Error) -> bool {
+    is_status(error, 422) || is_status(error, 400)
+}
+
+impl ReconcileFailure for ReconcileError {
+    fn metric_label(&self) -> &'static str {
+        match (self, answer_of(self)) {
+            (ReconcileError::InvalidKey(_), _) => "invalid_key",
+            (_, Some(answer)) if is_status(answer, 409) => "conflict",
+            (_, Some(answer)) if rejected(answer) => "invalid_spec",
+            (ReconcileError::PodGroup(_), _) => "podgroup_write",
+            (ReconcileError::Api { call, .. }, _) => call.label(),
+        }
+    }
+
+    fn retry(&self) -> Retry {
+        match (self, answer_of(self)) {
+            (ReconcileError::InvalidKey(_), _) => Retry::AwaitChange,
+            (_, Some(answer)) if is_status(answer, 409) => Retry::After(CONFLICT_RETRY),
+            (_, Some(answer)) if rejected(answer) => Retry::AwaitChange,
+            _ => Retry::Backoff,
+        }
+    }
 }
 
 /// The status this process last wrote for a job, with the resourceVersion
@@ -183,12 +286,12 @@ pub fn child_key(
     }
 }
 
-/// One pass for the job `namespace/name`.
+/// One pass for the job `namespace/name`. It runs inside the worker
+/// loop's `reconcile{controller, key, uid}` span, so its log lines carry
+/// the job's key and, once read, its UID.
 pub async fn reconcile(ctx: Arc<Context>, key: String) -> Result<Action, ReconcileError> {
     let started = std::time::Instant::now();
-    // JSON logs of a pass carry the job's key and UID.
-    let span = tracing::info_span!("reconcile", job = %key, uid = tracing::field::Empty);
-    let result = reconcile_job(&ctx, key).instrument(span).await;
+    let result = reconcile_job(&ctx, key).await;
     ctx.metrics.observe_reconcile(started.elapsed());
     result
 }
@@ -198,7 +301,7 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
         .split_once('/')
         .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
     else {
-        return Err(Box::new(ReconcileFailure::InvalidKey(key)));
+        return Err(ReconcileError::InvalidKey(key));
     };
     let Some(cached) = ctx.jobs.get_namespaced(namespace, name) else {
         ctx.deleted.lock().remove(&key);
@@ -206,7 +309,7 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     };
     let mut object = (*cached).clone();
     let uid = object.metadata.uid.clone().unwrap_or_default();
-    tracing::Span::current().record("uid", uid.as_str());
+    controller_kit::record_uid(&uid);
     {
         let mut written = ctx.written.lock();
         match written.get(&uid) {
@@ -295,7 +398,7 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     let actions = plan::deletions::without_requested(plan.actions, &requested);
     let actions = plan::deletions::batch_deletions(actions, name, &pod_metas, &service_metas);
     let changed = Mutex::new(ChildChanges::default());
-    let failures: Vec<ReconcileFailure> = stream::iter(actions)
+    let failures: Vec<ReconcileError> = stream::iter(actions)
         .map(|action| execute(ctx, &key, namespace, &reference, &changed, action))
         .buffer_unordered(CHILD_WRITES_IN_FLIGHT)
         .filter_map(|result| async move { result.err() })
@@ -310,7 +413,7 @@ async fn reconcile_job(ctx: &Context, key: String) -> Result<Action, ReconcileEr
     }
     let first_error = failures.into_iter().next();
     match (first_error, plan.requeue_after) {
-        (Some(error), _) => Err(Box::new(error)),
+        (Some(error), _) => Err(error),
         (None, Some(after)) => Ok(Action::RequeueAfter(after)),
         (None, None) => Ok(Action::AwaitChange),
     }
@@ -374,21 +477,21 @@ struct ChildKind {
     child: Child,
     /// `Pod`, `Service`: in the Warning reasons (`FailedCreatePod`).
     title: &'static str,
-    creating: &'static str,
-    deleting: &'static str,
+    creating: ApiCall,
+    deleting: ApiCall,
 }
 
 const POD: ChildKind = ChildKind {
     child: Child::Pod,
     title: "Pod",
-    creating: "creating pod",
-    deleting: "deleting pod",
+    creating: ApiCall::CreatePod,
+    deleting: ApiCall::DeletePod,
 };
 const SERVICE: ChildKind = ChildKind {
     child: Child::Service,
     title: "Service",
-    creating: "creating service",
-    deleting: "deleting service",
+    creating: ApiCall::CreateService,
+    deleting: ApiCall::DeleteService,
 };
 
 /// Delete parameters: a UID precondition (only the child the snapshot
@@ -414,7 +517,7 @@ async fn create_child<K>(
     api: &Api<K>,
     kind: &ChildKind,
     child: &K,
-) -> Result<bool, ReconcileFailure>
+) -> Result<bool, ReconcileError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
@@ -446,7 +549,7 @@ async fn delete_child<K>(
     kind: &ChildKind,
     name: String,
     uid: Option<String>,
-) -> Result<bool, ReconcileFailure>
+) -> Result<bool, ReconcileError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -483,15 +586,15 @@ fn child_write_failed(
     write: ChildWrite,
     name: String,
     source: kube::Error,
-) -> ReconcileFailure {
-    let (verb, doing, what) = match write {
+) -> ReconcileError {
+    let (verb, doing, call) = match write {
         ChildWrite::Create => ("Create", "creating", kind.creating),
         ChildWrite::Delete => ("Delete", "deleting", kind.deleting),
     };
     let reason = format!("Failed{verb}{}", kind.title);
     let message = format!("Error {doing}: {source}");
     event(ctx, reference, KubeEventType::Warning, &reason, message);
-    ReconcileFailure::Api { what, name, source }
+    ReconcileError::Api { call, name, source }
 }
 
 /// Deletes the children `selector` matches in one DeleteCollection, each
@@ -505,7 +608,7 @@ async fn delete_children<K>(
     kind: &ChildKind,
     selector: &str,
     names: Vec<String>,
-) -> Result<(usize, Vec<String>), ReconcileFailure>
+) -> Result<(usize, Vec<String>), ReconcileError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -549,11 +652,11 @@ where
 /// Replaces a child's owner references (adoption or release).
 async fn set_child_owners<K>(
     api: &Api<K>,
-    what: &'static str,
+    call: ApiCall,
     name: String,
     uid: Option<String>,
     owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-) -> Result<(), ReconcileFailure>
+) -> Result<(), ReconcileError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -564,7 +667,7 @@ where
     {
         Ok(_) => Ok(()),
         Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
-        Err(source) => Err(ReconcileFailure::Api { what, name, source }),
+        Err(source) => Err(ReconcileError::Api { call, name, source }),
     }
 }
 
@@ -584,7 +687,7 @@ async fn execute(
     reference: &ObjectReference,
     changed: &Mutex<ChildChanges>,
     action: ChildAction,
-) -> Result<(), ReconcileFailure> {
+) -> Result<(), ReconcileError> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     match action {
@@ -654,10 +757,10 @@ async fn execute(
             }
         },
         ChildAction::SetPodOwners { name, uid, owners } => {
-            set_child_owners(&pods, "claiming pod", name, uid, &owners).await
+            set_child_owners(&pods, ApiCall::ClaimPod, name, uid, &owners).await
         }
         ChildAction::SetServiceOwners { name, uid, owners } => {
-            set_child_owners(&services, "claiming service", name, uid, &owners).await
+            set_child_owners(&services, ApiCall::ClaimService, name, uid, &owners).await
         }
         ChildAction::CreatePodGroup(group) => {
             if pod_group_write(ctx, namespace, PodGroupWrite::Create(*group)).await? {
@@ -731,8 +834,8 @@ async fn execute(
                         "FailedDeleteJob",
                         message,
                     );
-                    Err(ReconcileFailure::Api {
-                        what: "deleting tfjob",
+                    Err(ReconcileError::Api {
+                        call: ApiCall::DeleteJob,
                         name,
                         source,
                     })
@@ -748,13 +851,13 @@ async fn pod_group_write(
     ctx: &Context,
     namespace: &str,
     write: PodGroupWrite,
-) -> Result<bool, ReconcileFailure> {
+) -> Result<bool, ReconcileError> {
     let Some(gang) = ctx.config.gang.as_ref() else {
         return Ok(false);
     };
     pod_groups::execute(&ctx.client, gang.scheduler(), namespace, write)
         .await
-        .map_err(ReconcileFailure::from)
+        .map_err(ReconcileError::from)
 }
 
 /// Owner references replaced as a whole; the UID makes the patch apply to
@@ -807,7 +910,7 @@ async fn write_status(
     name: &str,
     old: &JobStatus,
     new: &JobStatus,
-) -> Result<Option<String>, ReconcileFailure> {
+) -> Result<Option<String>, ReconcileError> {
     let old = serde_json::to_value(old).unwrap_or(Value::Null);
     let status = merge_patch(&old, &serde_json::to_value(new).unwrap_or(Value::Null));
     let api: Api<TFJobObject> = Api::namespaced(ctx.client.clone(), namespace);
@@ -818,8 +921,8 @@ async fn write_status(
     )
     .await
     .map(|job| job.metadata.resource_version)
-    .map_err(|source| ReconcileFailure::Api {
-        what: "writing status of tfjob",
+    .map_err(|source| ReconcileError::Api {
+        call: ApiCall::PatchJobStatus,
         name: name.to_string(),
         source,
     })
@@ -870,6 +973,107 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     use super::*;
+
+    fn answer(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("refused", "Refused")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    fn failed(call: ApiCall, code: u16) -> ReconcileError {
+        ReconcileError::Api {
+            call,
+            name: "job-worker-0".to_string(),
+            source: answer(code),
+        }
+    }
+
+    #[test]
+    fn each_failure_of_a_pass_has_its_label_and_retry() {
+        let cases = [
+            (
+                ReconcileError::InvalidKey("no-slash".to_string()),
+                "invalid_key",
+                Retry::AwaitChange,
+            ),
+            (
+                failed(ApiCall::PatchJobStatus, 409),
+                "conflict",
+                Retry::After(CONFLICT_RETRY),
+            ),
+            (
+                failed(ApiCall::CreatePod, 422),
+                "invalid_spec",
+                Retry::AwaitChange,
+            ),
+            (
+                failed(ApiCall::CreateService, 400),
+                "invalid_spec",
+                Retry::AwaitChange,
+            ),
+            (
+                failed(ApiCall::CreatePod, 500),
+                "create_pod",
+                Retry::Backoff,
+            ),
+            (
+                failed(ApiCall::CreatePod, 403),
+                "create_pod",
+                Retry::Backoff,
+            ),
+            (
+                failed(ApiCall::DeletePod, 503),
+                "delete_pod",
+                Retry::Backoff,
+            ),
+            (
+                failed(ApiCall::ClaimService, 429),
+                "patch_service_owners",
+                Retry::Backoff,
+            ),
+            (
+                failed(ApiCall::PatchJobStatus, 500),
+                "patch_status",
+                Retry::Backoff,
+            ),
+            (
+                ReconcileError::PodGroup(pod_groups::PodGroupError {
+                    what: "creating podgroup",
+                    name: "job".to_string(),
+                    source: answer(500),
+                }),
+                "podgroup_write",
+                Retry::Backoff,
+            ),
+            (
+                ReconcileError::PodGroup(pod_groups::PodGroupError {
+                    what: "updating podgroup",
+                    name: "job".to_string(),
+                    source: answer(409),
+                }),
+                "conflict",
+                Retry::After(CONFLICT_RETRY),
+            ),
+        ];
+        for (error, label, retry) in cases {
+            assert_eq!(
+                (error.metric_label(), error.retry()),
+                (label, retry),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_write_says_what_it_was_doing_to_which_object() {
+        let message = failed(ApiCall::CreatePod, 500).to_string();
+        assert!(
+            message.starts_with("creating pod job-worker-0: ApiError: refused"),
+            "{message}"
+        );
+    }
 
     fn meta(owner: Option<(&str, &str)>, job_label: Option<&str>) -> ObjectMeta {
         ObjectMeta {

@@ -8,6 +8,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use crate::metrics::ReconcileMetrics;
+
 /// The `name` label client-go puts on every work-queue metric.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
@@ -35,6 +37,7 @@ pub struct WorkQueueMetrics {
     work_duration: HistogramFamily,
     unfinished_work: Family<QueueLabels, Gauge<f64, AtomicU64>>,
     longest_running: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    reconcile: ReconcileMetrics,
     registered: bool,
 }
 
@@ -49,6 +52,7 @@ impl Default for WorkQueueMetrics {
             work_duration: Family::new_with_constructor(latency_histogram),
             unfinished_work: Family::default(),
             longest_running: Family::default(),
+            reconcile: ReconcileMetrics::default(),
             registered: false,
         }
     }
@@ -97,7 +101,13 @@ impl WorkQueueMetrics {
             "Seconds the longest running processor of the work queue has been running",
             metrics.longest_running.clone(),
         );
+        metrics.reconcile.register(registry);
         metrics
+    }
+
+    /// The failed-reconcile counters that travel with these queue metrics.
+    pub fn reconcile(&self) -> &ReconcileMetrics {
+        &self.reconcile
     }
 
     pub(crate) fn for_queue(&self, name: &str) -> QueueMetrics {
@@ -112,6 +122,7 @@ impl WorkQueueMetrics {
             work_duration: self.work_duration.get_or_create(&labels).clone(),
             unfinished_work: self.unfinished_work.get_or_create(&labels).clone(),
             longest_running: self.longest_running.get_or_create(&labels).clone(),
+            reconcile: self.reconcile.clone(),
             exposed: self.registered,
         }
     }
@@ -127,6 +138,8 @@ pub(crate) struct QueueMetrics {
     pub work_duration: Histogram,
     pub unfinished_work: Gauge<f64, AtomicU64>,
     pub longest_running: Gauge<f64, AtomicU64>,
+    /// Where the worker loop over this queue counts failed reconciles.
+    pub reconcile: ReconcileMetrics,
     /// Whether anyone can read these; the periodic in-progress update is skipped otherwise.
     pub exposed: bool,
 }

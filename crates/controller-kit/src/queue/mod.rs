@@ -268,6 +268,11 @@ impl<K: QueueKey> WorkQueue<K> {
         &self.shared.name
     }
 
+    /// Where the worker loop over this queue counts failed reconciles.
+    pub(crate) fn reconcile_metrics(&self) -> &crate::metrics::ReconcileMetrics {
+        &self.shared.metrics.reconcile
+    }
+
     /// Queues `key` unless it is already queued; a key in flight is queued again after `done`.
     pub fn add(&self, key: K) {
         self.shared.add(key);

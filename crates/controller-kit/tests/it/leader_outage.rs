@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use controller_kit::{
     Action, Controller, LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
-    MetricsRegistry, Readiness, ReconcileError,
+    MetricsRegistry, Readiness,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -72,8 +72,8 @@ impl Heartbeat {
                 let patch = serde_json::json!({"metadata": {"annotations": {"beat": beat}}});
                 api.patch(&key, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|error| Box::new(error) as ReconcileError)?;
-                Ok(Action::RequeueAfter(Duration::from_millis(100)))
+                    .map_err(PatchFailed)?;
+                Ok::<_, PatchFailed>(Action::RequeueAfter(Duration::from_millis(100)))
             }
         };
         manager.add(Controller::new("heartbeat", reconcile).watches(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use controller_kit::caches::ObjectEvent;
 use controller_kit::{
     Action, CachedStore, Controller, LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
-    MetricsRegistry, Readiness, ReconcileError, StoreOptions,
+    MetricsRegistry, Readiness, ReconcileFailure, StoreOptions,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -186,7 +186,7 @@ pub fn start_replica(sim: &kube_sim::KubeSim, identity: &str, options: ReplicaOp
                     serde_json::json!({"metadata": {"annotations": {RECONCILED_BY: identity}}});
                 api.patch(&key, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|error| Box::new(error) as ReconcileError)?;
+                    .map_err(PatchFailed)?;
                 let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
                     Api::namespaced(client, NAMESPACE);
                 let holder = leases
@@ -195,7 +195,7 @@ pub fn start_replica(sim: &kube_sim::KubeSim, identity: &str, options: ReplicaOp
                     .ok()
                     .and_then(|lease| lease.spec.and_then(|spec| spec.holder_identity));
                 finished.lock().push((key, holder));
-                Ok(Action::AwaitChange)
+                Ok::<_, PatchFailed>(Action::AwaitChange)
             }
         }
     };
@@ -258,5 +258,16 @@ where
             "timed out waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The one failure of the test controllers: a ConfigMap patch the server refused.
+#[derive(Debug, thiserror::Error)]
+#[error("patching configmap: {0}")]
+pub struct PatchFailed(#[source] pub kube::Error);
+
+impl ReconcileFailure for PatchFailed {
+    fn metric_label(&self) -> &'static str {
+        "patch_configmap"
     }
 }

@@ -87,7 +87,8 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
 
     let status = operator.terminate().await;
     assert!(status.success(), "{status:?}");
-    // JSON log records of a pass carry the job's key and UID.
+    // JSON log records of a pass carry the span controller-kit's worker loop
+    // opens for it: the controller, the job's key and its UID.
     let mut stderr = String::new();
     if let Some(mut pipe) = operator.child.stderr.take() {
         pipe.read_to_string(&mut stderr).unwrap();
@@ -99,6 +100,8 @@ async fn gpufleet_tfjob_runs_a_job_to_success_serves_health_and_metrics_and_stop
         .find(|record| record["message"] == "job state changed" && record["state"] == "Succeeded")
         .unwrap_or_else(|| panic!("no JSON record of the success in:\n{stderr}"));
     let span = &record["span"];
-    assert_eq!(span["job"], "default/single", "{record}");
+    assert_eq!(span["name"], "reconcile", "{record}");
+    assert_eq!(span["controller"], "tfjobs", "{record}");
+    assert_eq!(span["key"], "default/single", "{record}");
     assert_eq!(span["uid"], uid.as_str(), "{record}");
 }

@@ -36,6 +36,7 @@ pub mod exec;
 pub mod metrics;
 pub mod node_state;
 pub mod pod;
+pub mod retry;
 pub mod run;
 pub mod serve;
 pub mod settings;

@@ -145,12 +145,7 @@ impl CollectorRuntime {
             let collector = Arc::clone(&collector);
             Controller::new("gpuid", move |key: String, cancel| {
                 let collector = Arc::clone(&collector);
-                async move {
-                    collector
-                        .reconcile(key, cancel)
-                        .await
-                        .map_err(|error| Box::new(error) as controller_kit::ReconcileError)
-                }
+                async move { collector.reconcile(key, cancel).await }
             })
             .workers(workers)
         };

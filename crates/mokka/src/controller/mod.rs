@@ -18,6 +18,7 @@
 //! asks the planner and writes.
 
 mod allocation;
+mod error;
 mod events;
 mod metrics;
 pub mod node_api;
@@ -522,7 +523,7 @@ impl Pools<'_> {
     ) where
         K: QueueKey,
         F: Fn(Arc<Context>, Arc<Queues>, K, CancellationToken) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
+        Fut: Future<Output = Result<(), ReconcileError>> + Send + 'static,
     {
         let (context, queues) = (Arc::clone(self.context), Arc::clone(self.queues));
         let mut pool = WorkerPool::new(name, queue.clone(), move |key, cancel| {
@@ -564,4 +565,4 @@ fn bound(rack: &SGPURack) -> impl Iterator<Item = &crate::api::NodeRef> {
         .filter_map(|node| node.node_ref.as_ref())
 }
 
-pub(crate) type BoxError = controller_kit::ReconcileError;
+pub(crate) use error::{ApiCall, ReconcileError};

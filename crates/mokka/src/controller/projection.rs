@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::state::{Context, OutcomeState};
-use super::{BoxError, INDEX_NODE_NAME, INDEX_NODE_UID, Queues};
+use super::{ApiCall, INDEX_NODE_NAME, INDEX_NODE_UID, Queues, ReconcileError};
 use crate::api::{ANNOTATION_SGPU_ASSIGNMENT, LABEL_GPU_CLIQUE, LABEL_SGPU_ASSIGNED};
 use crate::identity::fabric_uuid;
 use crate::plan::inventory::ExactBinding;
@@ -34,12 +34,15 @@ pub(crate) async fn reconcile_node(
     queues: &Arc<Queues>,
     name: &str,
     cancel: &CancellationToken,
-) -> Result<(), BoxError> {
+) -> Result<(), ReconcileError> {
     let node: Option<Node> = match context.nodes.get(name) {
         Some(node) => Some((*node).clone()),
         None => context.live_nodes.get(name, cancel).await?,
     };
     let mut observed = node.as_ref().map(ObservedNode::from_node);
+    if let Some(observed) = &observed {
+        controller_kit::record_uid(&observed.uid);
+    }
     let api: Api<Node> = Api::all(context.client.clone());
 
     // Cleanups first: a binding's metadata must be gone before its slot is cleared.
@@ -103,9 +106,13 @@ pub(crate) async fn reconcile_node(
                     {
                         acknowledge(context, queues, &binding);
                     }
-                    Err(error) => {
+                    Err(source) => {
                         context.set_outcome(&binding, OutcomeState::Error, "ProjectionError");
-                        return Err(error.into());
+                        return Err(ReconcileError::Api {
+                            call: ApiCall::ApplyNode,
+                            name: name.to_string(),
+                            source,
+                        });
                     }
                 }
             }
@@ -210,9 +217,13 @@ pub(crate) async fn reconcile_node(
                     context.set_outcome(&binding, OutcomeState::Conflict, "NodeMetadataConflict");
                     Ok(())
                 }
-                Err(error) => {
+                Err(source) => {
                     context.set_outcome(&binding, OutcomeState::Error, "ProjectionError");
-                    Err(error.into())
+                    Err(ReconcileError::Api {
+                        call: ApiCall::ApplyNode,
+                        name: name.to_string(),
+                        source,
+                    })
                 }
             }
         }
@@ -266,7 +277,7 @@ async fn remove_stale_projection(
     context: &Context,
     api: &Api<Node>,
     observed: &ObservedNode,
-) -> Result<(), BoxError> {
+) -> Result<(), ReconcileError> {
     let ours = [
         crate::plan::projection::ProjectionKey::AssignedLabel,
         crate::plan::projection::ProjectionKey::CliqueLabel,
@@ -304,7 +315,11 @@ async fn remove_stale_projection(
             Ok(())
         }
         Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
-        Err(error) => Err(error.into()),
+        Err(source) => Err(ReconcileError::Api {
+            call: ApiCall::ApplyNode,
+            name: observed.name.clone(),
+            source,
+        }),
     }
 }
 

@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::state::{Context, RackResult};
-use super::{BoxError, INDEX_INVENTORY_UID, Queues};
+use super::{INDEX_INVENTORY_UID, Queues, ReconcileError};
 use crate::allocate::GroupKey;
 use crate::api::{API_VERSION, SGPUInventory, SGPURack};
 use crate::plan::event_notes;
@@ -100,7 +100,7 @@ pub(crate) async fn reconcile_inventory(
     queues: &Arc<Queues>,
     name: &str,
     cancel: &CancellationToken,
-) -> Result<(), BoxError> {
+) -> Result<(), ReconcileError> {
     reconcile(context, queues, name, None, &PlanScope::Inventory, cancel).await
 }
 
@@ -112,7 +112,7 @@ pub(crate) async fn reconcile_group(
     queues: &Arc<Queues>,
     key: &GroupKey,
     cancel: &CancellationToken,
-) -> Result<(), BoxError> {
+) -> Result<(), ReconcileError> {
     reconcile(
         context,
         queues,
@@ -131,7 +131,7 @@ async fn reconcile(
     expected_uid: Option<&str>,
     scope: &PlanScope,
     cancel: &CancellationToken,
-) -> Result<(), BoxError> {
+) -> Result<(), ReconcileError> {
     let lock = context.inventory_lock(name);
     let _guard = lock.lock().await;
     if cancel.is_cancelled() {
@@ -145,6 +145,7 @@ async fn reconcile(
         return Ok(());
     };
     let uid = inventory.metadata.uid.clone().unwrap_or_default();
+    controller_kit::record_uid(&uid);
     if expected_uid.is_some_and(|expected| expected != uid) {
         // The group belonged to an earlier instance of this name.
         return Ok(());
@@ -209,7 +210,7 @@ async fn reconcile(
         queues.project(&node);
     }
 
-    let mut outcome: Result<(), BoxError> = Ok(());
+    let mut outcome: Result<(), ReconcileError> = Ok(());
     if plan.needs_finalizer
         && let Err(error) = add_inventory_finalizer(context, &inventory).await
     {

@@ -12,7 +12,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use super::state::{Context, RackProjections};
-use super::{BoxError, INDEX_INVENTORY_UID, INDEX_NODE_UID, Queues, StatusKey};
+use super::{ApiCall, INDEX_INVENTORY_UID, INDEX_NODE_UID, Queues, ReconcileError, StatusKey};
 use crate::api::{
     InventoryCapacity, NodeRef, RackGroupStatus, RuntimePolicySummary, SGPUInventory, SGPURack,
     SGPURackStatus, SGPURuntimePolicy, SGPURuntimePolicyStatus,
@@ -39,7 +39,7 @@ pub(crate) async fn reconcile_status(
     context: &Arc<Context>,
     queues: &Arc<Queues>,
     key: &StatusKey,
-) -> Result<(), BoxError> {
+) -> Result<(), ReconcileError> {
     match key {
         StatusKey::Inventory(name) => inventory(context, queues, name).await,
         StatusKey::Rack(name) => rack(context, name).await,
@@ -75,16 +75,15 @@ fn policy_summary(context: &Context, inventory: &str) -> Option<RuntimePolicySum
 /// policy's status; converged policies cost no API call; a live GET guards
 /// against writing over a newer spec; one failed write does not stop the
 /// others, and the joined error retries the inventory.
-async fn runtime_policies(context: &Context, inventory: &str) -> Result<(), BoxError> {
+async fn runtime_policies(context: &Context, inventory: &str) -> Result<(), ReconcileError> {
     let evaluation = super::policies::evaluation(context, inventory);
     let evaluation = match evaluation.as_ref() {
         Ok(evaluation) => evaluation,
         Err(error) => {
-            return Err(format!(
-                "evaluate runtime policies of SGPUInventory {}: {error}",
-                go_quote(inventory)
-            )
-            .into());
+            return Err(ReconcileError::PolicyEvaluation {
+                inventory: go_quote(inventory),
+                message: error.to_string(),
+            });
         }
     };
     let api: Api<SGPURuntimePolicy> = Api::all(context.client.clone());
@@ -110,7 +109,7 @@ async fn runtime_policies(context: &Context, inventory: &str) -> Result<(), BoxE
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(errors.join("; ").into())
+        Err(ReconcileError::PolicyStatus { failures: errors })
     }
 }
 
@@ -305,7 +304,7 @@ fn rack_facts(context: &Context, rack: &SGPURack) -> RackFacts {
     facts
 }
 
-async fn rack(context: &Context, name: &str) -> Result<(), BoxError> {
+async fn rack(context: &Context, name: &str) -> Result<(), ReconcileError> {
     let Some(cached) = context.racks.get(name) else {
         return Ok(());
     };
@@ -333,11 +332,15 @@ async fn rack(context: &Context, name: &str) -> Result<(), BoxError> {
             Ok(()) => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(error) => return Err(error.into()),
+            Err(source) => return Err(failed_call(ApiCall::PatchRackStatus, name, source)),
         }
     }
     let api: Api<SGPURack> = Api::all(context.client.clone());
-    let Some(live) = api.get_opt(name).await? else {
+    let Some(live) = api
+        .get_opt(name)
+        .await
+        .map_err(|source| failed_call(ApiCall::GetRack, name, source))?
+    else {
         return Ok(());
     };
     if live.uid() != cached.uid() {
@@ -353,8 +356,18 @@ async fn rack(context: &Context, name: &str) -> Result<(), BoxError> {
         context.pending_rack_status.lock().remove(name);
         return Ok(());
     }
-    write_rack_status(context, name, &live, desired).await?;
-    Ok(())
+    write_rack_status(context, name, &live, desired)
+        .await
+        .map_err(|source| failed_call(ApiCall::PatchRackStatus, name, source))
+}
+
+/// A failed call about the object `name`.
+fn failed_call(call: ApiCall, name: &str, source: kube::Error) -> ReconcileError {
+    ReconcileError::Api {
+        call,
+        name: name.to_string(),
+        source,
+    }
 }
 
 /// Writes `desired` as the status of `over` (the cached or the live rack):
@@ -430,7 +443,7 @@ fn requested(
     counts
 }
 
-async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<(), BoxError> {
+async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<(), ReconcileError> {
     let Some(cached) = context.inventories.get(name) else {
         context.requested_memo.lock().remove(name);
         return Ok(());
@@ -554,11 +567,15 @@ async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<()
     total_usage.available_nodes = available;
 
     let api: Api<SGPUInventory> = Api::all(context.client.clone());
-    let Some(mut live_inventory) = api.get_opt(name).await? else {
+    let Some(mut live_inventory) = api
+        .get_opt(name)
+        .await
+        .map_err(|source| failed_call(ApiCall::GetInventory, name, source))?
+    else {
         return Ok(());
     };
     if live_inventory.uid().as_deref() != Some(uid.as_str()) {
-        return Err(format!("inventory {name:?} was replaced; retrying status").into());
+        return Err(ReconcileError::InventoryReplaced(name.to_string()));
     }
     let mut desired = inventory_status(
         live_inventory.status.as_ref(),
@@ -587,7 +604,8 @@ async fn inventory(context: &Context, _queues: &Queues, name: &str) -> Result<()
     live_inventory.status = Some(desired);
     live_inventory.metadata.managed_fields = None;
     api.replace_status(name, &post_params(), &live_inventory)
-        .await?;
+        .await
+        .map_err(|source| failed_call(ApiCall::UpdateInventoryStatus, name, source))?;
     let reference = live_inventory.object_ref(&());
     if new_programmed.as_deref() == Some("RackOwnershipConflict")
         && old_programmed != new_programmed
