@@ -16,6 +16,12 @@
 //! pass through the REST client's limiter, so a Go collector's execs are not
 //! throttled either.
 //!
+//! Event writes take their tokens from a second bucket of the same size:
+//! controller-runtime's event recorder (what training-operator and most Go
+//! operators record Events with) builds a clientset of its own from the
+//! manager's `rest.Config`, so its Events never wait behind the controller's
+//! reads and writes, nor they behind its Events.
+//!
 //! The token is reserved when the request is made, in the order requests
 //! are made, and the request waits for it in its own future: a throttled
 //! GET never holds back an exec queued behind it.
@@ -95,26 +101,68 @@ impl TokenBucket {
     }
 }
 
-/// The tower layer; all services it builds share one bucket.
+/// The tower layer; all services it builds share its two buckets.
 #[derive(Debug, Clone)]
 pub struct RateLimitLayer {
-    bucket: Arc<TokenBucket>,
+    buckets: Arc<Buckets>,
+}
+
+/// The client's bucket, and the one its Event writes take from.
+#[derive(Debug)]
+struct Buckets {
+    requests: TokenBucket,
+    event_writes: TokenBucket,
 }
 
 impl RateLimitLayer {
     pub fn new(qps: f64, burst: u32) -> RateLimitLayer {
         RateLimitLayer {
-            bucket: Arc::new(TokenBucket::new(qps, burst)),
+            buckets: Arc::new(Buckets {
+                requests: TokenBucket::new(qps, burst),
+                event_writes: TokenBucket::new(qps, burst),
+            }),
         }
     }
 }
 
-/// The requests that take no token: connection upgrades for streams.
-fn takes_no_token<B>(request: &http::Request<B>) -> bool {
+/// Which bucket a request takes its token from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bucket {
+    /// Connection upgrades for streams: none.
+    None,
+    EventWrites,
+    Requests,
+}
+
+fn bucket_of<B>(request: &http::Request<B>) -> Bucket {
     let path = request.uri().path();
-    ["/exec", "/attach", "/portforward"]
+    if ["/exec", "/attach", "/portforward"]
         .iter()
         .any(|stream| path.ends_with(stream))
+    {
+        return Bucket::None;
+    }
+    let writes = matches!(
+        *request.method(),
+        http::Method::POST | http::Method::PATCH | http::Method::PUT
+    );
+    if writes && is_events_path(path) {
+        Bucket::EventWrites
+    } else {
+        Bucket::Requests
+    }
+}
+
+/// `/api/v1/namespaces/{ns}/events[/{name}]` or the same under
+/// `/apis/events.k8s.io/v1`.
+fn is_events_path(path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let namespaced = match segments.as_slice() {
+        ["api", "v1", rest @ ..] => rest,
+        ["apis", "events.k8s.io", "v1", rest @ ..] => rest,
+        _ => return false,
+    };
+    matches!(namespaced, ["namespaces", _, "events", ..])
 }
 
 impl<S> Layer<S> for RateLimitLayer
@@ -133,7 +181,7 @@ where
         // made inside a Tokio runtime).
         RateLimited {
             inner: Buffer::new(BoxService::new(inner.map_err(Into::into)), 1024),
-            bucket: Arc::clone(&self.bucket),
+            buckets: Arc::clone(&self.buckets),
         }
     }
 }
@@ -147,7 +195,7 @@ type Inner<Response> = Buffer<
 /// A service whose requests wait for their token before they are sent.
 pub struct RateLimited<Response> {
     inner: Inner<Response>,
-    bucket: Arc<TokenBucket>,
+    buckets: Arc<Buckets>,
 }
 
 impl<Response> Service<http::Request<Body>> for RateLimited<Response>
@@ -164,10 +212,10 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let delay = if takes_no_token(&request) {
-            Duration::ZERO
-        } else {
-            self.bucket.reserve()
+        let delay = match bucket_of(&request) {
+            Bucket::None => Duration::ZERO,
+            Bucket::EventWrites => self.buckets.event_writes.reserve(),
+            Bucket::Requests => self.buckets.requests.reserve(),
         };
         let mut inner = self.inner.clone();
         Box::pin(async move {
@@ -317,17 +365,77 @@ mod tests {
     }
 
     #[test]
-    fn only_stream_upgrades_are_exempt() {
-        assert!(takes_no_token(&request(EXEC)));
-        assert!(takes_no_token(&request(
-            "/api/v1/namespaces/a/pods/b/attach?stdout=true"
-        )));
-        assert!(takes_no_token(&request(
-            "/api/v1/namespaces/a/pods/b/portforward?ports=80"
-        )));
-        assert!(!takes_no_token(&request(GET_POD)));
-        assert!(!takes_no_token(&request(
-            "/api/v1/namespaces/exec/pods?watch=true"
-        )));
+    fn streams_take_no_token_and_event_writes_take_theirs_from_their_own_bucket() {
+        let of = |method: &str, path: &str| {
+            bucket_of(
+                &http::Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(())
+                    .expect("a valid request line"),
+            )
+        };
+        assert_eq!(of("GET", EXEC), Bucket::None);
+        assert_eq!(
+            of("POST", "/api/v1/namespaces/a/pods/b/attach?stdout=true"),
+            Bucket::None
+        );
+        assert_eq!(
+            of("POST", "/api/v1/namespaces/a/pods/b/portforward?ports=80"),
+            Bucket::None
+        );
+        assert_eq!(
+            of("POST", "/api/v1/namespaces/a/events"),
+            Bucket::EventWrites
+        );
+        assert_eq!(
+            of("PATCH", "/apis/events.k8s.io/v1/namespaces/a/events/e.1"),
+            Bucket::EventWrites
+        );
+        // Reading Events, and everything else, is the client's own traffic.
+        assert_eq!(of("GET", "/api/v1/namespaces/a/events"), Bucket::Requests);
+        assert_eq!(of("GET", GET_POD), Bucket::Requests);
+        assert_eq!(
+            of("POST", "/api/v1/namespaces/events/pods"),
+            Bucket::Requests
+        );
+        assert_eq!(
+            of("POST", "/apis/example.com/v1/namespaces/a/events"),
+            Bucket::Requests
+        );
+        assert_eq!(
+            of("GET", "/api/v1/namespaces/exec/pods?watch=true"),
+            Bucket::Requests
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn event_writes_and_other_requests_do_not_wait_for_each_other() {
+        // 1 per second, burst 1 in each bucket: a GET and an Event each
+        // find a full bucket; a second of each waits one period, not two.
+        let mut service = RateLimitLayer::new(1.0, 1).layer(Clock);
+        let event = || {
+            http::Request::post("/apis/events.k8s.io/v1/namespaces/a/events")
+                .body(Body::from(Vec::new()))
+                .expect("a valid request line")
+        };
+        let start = Instant::now();
+        let calls = vec![
+            service.call(request(GET_POD)),
+            service.call(event()),
+            service.call(request(GET_POD)),
+            service.call(event()),
+        ];
+        let times = futures::future::try_join_all(calls)
+            .await
+            .expect("answered");
+        let waits: Vec<Duration> = times.iter().map(|at| *at - start).collect();
+        assert!(waits[0] < MS && waits[1] < MS, "{waits:?}");
+        for wait in &waits[2..] {
+            assert!(
+                *wait >= Duration::from_secs(1) - MS && *wait < Duration::from_secs(2),
+                "{waits:?}"
+            );
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! `gpufleet`: one binary for the GPU cluster control loops and kube-sim.
 
+mod allocator;
 mod cli;
 mod commands;
 mod exec_rules;
@@ -8,17 +9,8 @@ mod sim;
 
 use clap::{CommandFactory, FromArgMatches};
 
-// glibc's malloc serialises a thread's frees of memory another thread
-// allocated, and tokio moves tasks (and what they allocated) between
-// threads: under load a third of the cores sat waiting on its arena locks.
-// mimalloc frees across threads without a shared lock. The
-// `system-allocator` feature keeps glibc's, for heap profilers (heaptrack)
-// that see only malloc.
-#[cfg(not(feature = "system-allocator"))]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> std::process::ExitCode {
+    allocator::tune_for_controllers();
     // `gpufleet tfjob` takes tf-operator's Go-style `-flag` spelling too.
     let args = cli::tfjob::single_dash_to_double(std::env::args_os().collect());
     let matches = cli::Cli::command().get_matches_from(args);

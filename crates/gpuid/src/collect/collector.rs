@@ -269,7 +269,7 @@ impl Collector {
     /// its old one is reported as added plus removed.
     async fn stored_inventories(&self) -> Vec<(String, Vec<GpuRecord>)> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let mut params = ListParams::default().limit(500);
+        let mut params = ListParams::default().limit(super::run::LIST_PAGE_SIZE);
         let mut found = Vec::new();
         loop {
             let page = match nodes.list(&params).await {
@@ -351,6 +351,7 @@ impl Collector {
             }
         };
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        controller_kit::record_uid(&uid);
         if let Some(wait) = self.recently_collected(&key, &uid) {
             return Ok(wait);
         }

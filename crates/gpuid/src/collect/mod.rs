@@ -19,7 +19,8 @@
 //! * Kubernetes Events for what an operator can act on: a failed,
 //!   oversized or malformed nvidia-smi (Warning on the pod) and a changed
 //!   node inventory (Normal on the Node).
-//! * API requests are throttled by `QPS`/`BURST` ([`client`]).
+//! * API requests are throttled by `QPS`/`BURST`
+//!   ([`controller_kit::rate_limit`]); execs take no token, as with client-go.
 //! * Moves while no collector ran: before the first pod, the inventories
 //!   stored on all Nodes are read (one paged list) to seed move detection,
 //!   and during the first sweep over the cached pods a GPU that left a node

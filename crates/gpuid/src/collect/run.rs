@@ -26,6 +26,9 @@ use super::settings::CollectorSettings;
 use super::sink::RecordSink;
 use crate::config;
 
+/// Objects per page of every list the collector makes.
+pub(crate) const LIST_PAGE_SIZE: u32 = 100;
+
 /// How the replica takes part in leader election.
 #[derive(Debug, Clone)]
 pub enum Election {
@@ -119,7 +122,12 @@ impl CollectorRuntime {
         let mut stores: Vec<CachedStore<Pod>> = Vec::new();
         for namespace in &settings.namespaces {
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            let watch = watcher::Config::default().labels(&settings.label_selector);
+            // Pages of 100, not kube's 500: a page is held whole while it is
+            // decoded, and at 500 device-plugin pods one page was the
+            // process's peak memory (11.7 MiB of 12.7 at start, heaptrack).
+            let watch = watcher::Config::default()
+                .labels(&settings.label_selector)
+                .page_size(LIST_PAGE_SIZE);
             // Only metadata, node, phase and readiness matter; dropping the
             // rest keeps a 10,000-pod cache small.
             let options = StoreOptions::default().transform(|pod: &mut Pod| {
