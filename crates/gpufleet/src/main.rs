@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod exec_rules;
+mod fleet_view;
 mod logging;
 mod sim;
 

@@ -13,13 +13,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube_sim::exec::{ExecMatcher, ExecOutput, ExecRequest};
-use mokka::api::SGPURackProfile;
 use tokio_util::sync::CancellationToken;
 
 use super::fleet::DEVICE_PLUGIN_NAMESPACE;
 use super::nvidia_smi;
-use super::runtime::{Inputs, NodeAssignment, node_assignment};
-use super::state::{FleetState, is_assigned};
+use crate::fleet_view::state::{FleetState, current_assignment, is_assigned};
 
 /// Upstream gpuid's default `LABEL_SELECTOR` is `app=<this>`.
 pub const APP_LABEL: &str = "nvidia-device-plugin-daemonset";
@@ -127,40 +125,6 @@ pub async fn run_daemonset(client: kube::Client, state: FleetState, cancel: Canc
         // Let a burst of changes (72 projections) settle into one pass.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The Node's assignment as the device plugin sees it now.
-pub fn current_assignment(
-    state: &FleetState,
-    node: &str,
-) -> Result<Option<(NodeAssignment, SGPURackProfile)>, String> {
-    let Some(node_object) = state.nodes.get(node) else {
-        return Ok(None);
-    };
-    let uid = node_object.metadata.uid.clone().unwrap_or_default();
-    let racks = state.racks.state();
-    let inventories = state.inventories.state();
-    let policies = state.policies.state();
-    let profiles: BTreeMap<String, SGPURackProfile> = state
-        .profiles
-        .state()
-        .iter()
-        .filter_map(|p| p.metadata.name.clone().map(|name| (name, (**p).clone())))
-        .collect();
-    let inputs = Inputs {
-        racks: &racks,
-        inventories: &inventories,
-        profiles: &profiles,
-        policies: &policies,
-    };
-    let Some(assignment) = node_assignment(inputs, node, &uid).map_err(|e| e.to_string())? else {
-        return Ok(None);
-    };
-    let profile = profiles
-        .get(&assignment.profile_name)
-        .cloned()
-        .ok_or_else(|| format!("profile {} is not in the cache", assignment.profile_name))?;
-    Ok(Some((assignment, profile)))
 }
 
 /// nvidia-smi's own timestamp format, in UTC.

@@ -7,10 +7,11 @@
 //!
 //! Rooms: [`cluster`] (kube-sim and CRDs), [`fleet`] (what is seeded),
 //! [`controllers`] (the three controllers), [`device_plugin`] with the pure
-//! [`nvidia_smi`] renderer and [`runtime`] (assignment and effective
-//! runtime), [`state`] (watch caches), [`progress`] (what is printed),
-//! [`demo`] (the scripted checks), [`ui`] (the fleet view) and [`metrics`]
-//! (the three controllers' metrics on the fleet view's `/metrics`).
+//! [`nvidia_smi`] renderer, [`progress`] (what is printed), [`demo`] (the
+//! scripted checks) and [`metrics`] (the three controllers' metrics on the
+//! fleet view's `/metrics`). The watch caches, each Node's assignment and
+//! the fleet view itself are in `crate::fleet_view`, which `gpufleet mokka
+//! --ui` serves too.
 
 pub mod cluster;
 pub mod controllers;
@@ -20,9 +21,6 @@ pub mod fleet;
 pub mod metrics;
 pub mod nvidia_smi;
 pub mod progress;
-pub mod runtime;
-pub mod state;
-pub mod ui;
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +29,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::sandbox::SandboxArgs;
+use crate::fleet_view::live::Live;
+use crate::fleet_view::model::Mode;
+use crate::fleet_view::{server as ui, state};
 
 /// How long start-up may take before the sandbox gives up: generous, as
 /// a busy 2-core CI machine runs it beside every other test.
@@ -98,9 +99,16 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     }
     let ui = ui::bind(args.ui_port).await?;
     let ui_url = format!("http://{}/", ui.local_addr);
+    let live = Live::start(state.clone(), Mode::Sandbox, shutdown.clone());
     {
-        let (state, stop) = (state.clone(), shutdown.clone());
-        tasks.spawn(async move { ("fleet view", ui.serve(state, Some(registries), stop).await) });
+        let (live, stop) = (live.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            (
+                "fleet view",
+                ui.serve(live, Some(metrics::source(registries)), stop)
+                    .await,
+            )
+        });
     }
 
     let watch = progress::Startup {
@@ -142,9 +150,9 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
             } else {
                 progress::step("running; Ctrl-C stops the sandbox".to_string());
                 {
-                    let (state, stop) = (state.clone(), shutdown.clone());
+                    let (live, stop) = (live.clone(), shutdown.clone());
                     tasks.spawn(async move {
-                        progress::report_changes(state, stop).await;
+                        progress::report_changes(live, stop).await;
                         ("progress", Ok(()))
                     });
                 }

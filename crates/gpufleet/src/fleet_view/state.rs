@@ -1,10 +1,14 @@
-//! What the sandbox knows about the fleet: watch caches of the objects the
-//! device plugin, the demo and the fleet view read, fed from the API
-//! server like any controller's, and one change counter that wakes the
-//! readers (the fleet view's server-sent events) when any of them moves.
+//! What the fleet view (and, in the sandbox, the device plugin and the
+//! demo) knows about the fleet: watch caches of the objects they read, fed
+//! from the API server like any controller's, one change counter that
+//! wakes the readers when any of them moves, and the names of what moved
+//! since the fleet view last looked ([`FleetState::take_dirty`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::model::{Dirty, Sources};
+use super::runtime::{Inputs, NodeAssignment, node_assignment};
 use controller_kit::caches::DetachedStore;
 use controller_kit::{CachedStore, Caches, StoreOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -38,6 +42,40 @@ pub fn owned_by_tfjob(pod: &Pod, job: &str) -> bool {
         })
 }
 
+/// The Node's assignment as the device plugin sees it now.
+pub fn current_assignment(
+    state: &FleetState,
+    node: &str,
+) -> Result<Option<(NodeAssignment, SGPURackProfile)>, String> {
+    let Some(node_object) = state.nodes.get(node) else {
+        return Ok(None);
+    };
+    let uid = node_object.metadata.uid.clone().unwrap_or_default();
+    let racks = state.racks.state();
+    let inventories = state.inventories.state();
+    let policies = state.policies.state();
+    let profiles: BTreeMap<String, SGPURackProfile> = state
+        .profiles
+        .state()
+        .iter()
+        .filter_map(|p| p.metadata.name.clone().map(|name| (name, (**p).clone())))
+        .collect();
+    let inputs = Inputs {
+        racks: &racks,
+        inventories: &inventories,
+        profiles: &profiles,
+        policies: &policies,
+    };
+    let Some(assignment) = node_assignment(inputs, node, &uid).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let profile = profiles
+        .get(&assignment.profile_name)
+        .cloned()
+        .ok_or_else(|| format!("profile {} is not in the cache", assignment.profile_name))?;
+    Ok(Some((assignment, profile)))
+}
+
 /// The watched objects. Clones share the same caches.
 #[derive(Clone)]
 pub struct FleetState {
@@ -53,6 +91,7 @@ pub struct FleetState {
     pub workloads: bool,
     caches: Caches,
     changes: watch::Sender<u64>,
+    dirty: Arc<parking_lot::Mutex<Dirty>>,
 }
 
 impl FleetState {
@@ -127,29 +166,64 @@ impl FleetState {
             workloads,
             caches,
             changes,
+            dirty: Arc::new(parking_lot::Mutex::new(Dirty {
+                all: true,
+                jobs: true,
+                ..Dirty::default()
+            })),
         };
         state.count_changes();
         Ok(state)
     }
 
-    /// Every change of any cached object bumps the counter.
+    /// Every change of any cached object bumps the counter and records
+    /// what it can affect in the fleet view.
     fn count_changes(&self) {
         fn attach<K: controller_kit::caches::CachedObject>(
             store: &CachedStore<K>,
             changes: &watch::Sender<u64>,
+            dirty: &Arc<parking_lot::Mutex<Dirty>>,
+            mark: fn(&K, &mut Dirty),
         ) {
             let changes = changes.clone();
-            store.attach(Arc::new(move |_| {
+            let dirty = dirty.clone();
+            store.attach(Arc::new(move |event| {
+                mark(event.object(), &mut dirty.lock());
                 changes.send_modify(|count| *count += 1);
             }));
         }
-        attach(&self.nodes, &self.changes);
-        attach(&self.racks, &self.changes);
-        attach(&self.inventories, &self.changes);
-        attach(&self.profiles, &self.changes);
-        attach(&self.policies, &self.changes);
-        attach(&self.pods, &self.changes);
-        attach(&self.tfjobs, &self.changes);
+        fn name(meta: &kube::api::ObjectMeta) -> String {
+            meta.name.clone().unwrap_or_default()
+        }
+        let (changes, dirty) = (&self.changes, &self.dirty);
+        attach(&self.nodes, changes, dirty, |node, d| {
+            d.nodes.insert(name(&node.metadata));
+        });
+        attach(&self.racks, changes, dirty, |rack, d| {
+            d.racks.insert(name(&rack.metadata));
+        });
+        // These can change any GPU's runtime, or a rack's profile.
+        attach(&self.inventories, changes, dirty, |_, d| d.all = true);
+        attach(&self.profiles, changes, dirty, |_, d| d.all = true);
+        attach(&self.policies, changes, dirty, |_, d| d.all = true);
+        // Only a TFJob's own pods change what the view shows of it (the
+        // device-plugin pods, one per Node, do not).
+        attach(&self.pods, changes, dirty, |pod, d| {
+            if pod
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|owners| owners.iter().any(|o| o.kind == tfjob::api::KIND))
+            {
+                d.jobs = true;
+            }
+        });
+        attach(&self.tfjobs, changes, dirty, |_, d| d.jobs = true);
+    }
+
+    /// What changed since the last call (everything, the first time).
+    pub fn take_dirty(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty.lock())
     }
 
     /// Runs the watches until `cancel`.
@@ -165,5 +239,35 @@ impl FleetState {
     /// A receiver that sees the counter move on every change.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+}
+
+impl Sources for FleetState {
+    fn racks(&self) -> Vec<Arc<SGPURack>> {
+        self.racks.state()
+    }
+    fn rack(&self, name: &str) -> Option<Arc<SGPURack>> {
+        self.racks.get(name)
+    }
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
+    }
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(name)
+    }
+    fn inventories(&self) -> Vec<Arc<SGPUInventory>> {
+        self.inventories.state()
+    }
+    fn profiles(&self) -> Vec<Arc<SGPURackProfile>> {
+        self.profiles.state()
+    }
+    fn policies(&self) -> Vec<Arc<SGPURuntimePolicy>> {
+        self.policies.state()
+    }
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.state()
+    }
+    fn tfjobs(&self) -> Vec<Arc<TFJobObject>> {
+        self.tfjobs.state()
     }
 }
