@@ -8,10 +8,11 @@ use clap::Args;
 /// `gpufleet sandbox` flags.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
-    /// Simulated GPU Nodes (each 4 GPUs); racks of 18 Nodes are added to
-    /// hold them all.
-    #[arg(long, default_value_t = 72, value_parser = clap::value_parser!(u16).range(1..=2000))]
-    pub nodes: u16,
+    /// Simulated GPU Nodes (each 4 GPUs), 1 to 100000; racks of 18 Nodes
+    /// are added to hold them all. Start-up grows with the count (gpuid
+    /// inventories every Node through exec); docs/sandbox.md has timings.
+    #[arg(long, default_value_t = 72, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub nodes: u32,
     /// Where to write the kubeconfig of the sandbox's API server.
     #[arg(long, default_value = "sandbox.kubeconfig")]
     pub kubeconfig: PathBuf,

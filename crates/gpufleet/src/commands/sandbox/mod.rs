@@ -43,7 +43,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// check failed.
 pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     let started = Instant::now();
-    let nodes = usize::from(args.nodes);
+    let nodes = usize::try_from(args.nodes).unwrap_or(usize::MAX);
     let gpuid = controllers::gpuid_config(&args)?;
     let sim = cluster::start(args.api_port).await?;
     progress::step(format!(
