@@ -36,6 +36,14 @@ use crate::fleet_view::{server as ui, state};
 /// How long start-up may take before the sandbox gives up: generous, as
 /// a busy 2-core CI machine runs it beside every other test.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(240);
+/// What start-up may take for `nodes` Nodes: [`STARTUP_TIMEOUT`] and 20 ms
+/// more per Node, since gpuid inventories each Node through exec before
+/// the fleet counts as ready.
+fn startup_timeout(nodes: usize) -> Duration {
+    STARTUP_TIMEOUT
+        + Duration::from_millis(20).saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX))
+}
+
 /// How long the controllers get to stop at shutdown.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -117,11 +125,11 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
         keys: gpuid.node_keys(),
     };
     let outcome = tokio::select! {
-        ready = tokio::time::timeout(STARTUP_TIMEOUT, watch.wait_until_ready()) => match ready {
+        ready = tokio::time::timeout(startup_timeout(nodes), watch.wait_until_ready()) => match ready {
             Ok(()) => None,
             Err(_) => Some(Err(anyhow::anyhow!(
                 "the fleet was not ready within {} s: {}",
-                STARTUP_TIMEOUT.as_secs(),
+                startup_timeout(nodes).as_secs(),
                 watch.describe()
             ))),
         },
