@@ -53,7 +53,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     let started = Instant::now();
     let nodes = usize::try_from(args.nodes).unwrap_or(usize::MAX);
     let gpuid = controllers::gpuid_config(&args)?;
-    let sim = cluster::start(args.api_port).await?;
+    let sim = cluster::start(args.api_port, nodes).await?;
     progress::step(format!(
         "kube-sim serving at {} (kubelet and scheduler on)",
         sim.url()
