@@ -45,6 +45,9 @@ struct Run {
     change_page_ms: f64,
     change_task_ms: f64,
     renderer_rss_mib: f64,
+    renderer_pss_mib: f64,
+    snapshot_wire_bytes: u64,
+    snapshot_bytes: u64,
     js_heap_mib: f64,
     idle_cpu_percent: f64,
 }
@@ -83,12 +86,14 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// RSS of every Chromium renderer process below `browser` (one tab: one
-/// renderer, plus any spare one Chromium keeps).
-fn renderer_rss_kib(browser: u32) -> u64 {
+/// RSS and PSS (KiB) of every Chromium renderer process below `browser`
+/// (one tab: one renderer, plus any spare one Chromium keeps), each
+/// printed. PSS shares pages mapped by several processes among them.
+fn renderer_memory_kib(browser: u32) -> (u64, u64) {
     let mut total = 0;
+    let mut total_pss = 0;
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
+        return (0, 0);
     };
     for entry in entries.flatten() {
         let Some(pid) = entry
@@ -107,14 +112,22 @@ fn renderer_rss_kib(browser: u32) -> u64 {
         if !descends {
             continue;
         }
-        total += status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+        let field = |text: &str, name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let rss = field(&status, "VmRSS:");
+        let rollup =
+            std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+        let pss = field(&rollup, "Pss:");
+        eprintln!("  renderer {pid}: RSS {rss} KiB, PSS {pss} KiB");
+        total += rss;
+        total_pss += pss;
     }
-    total
+    (total, total_pss)
 }
 
 fn ancestors(mut pid: u32) -> Vec<u32> {
@@ -205,16 +218,28 @@ async fn one_run(nodes: usize, run: usize) -> Run {
         |v| *v == json!(nodes),
     )
     .await;
-    let request = page
-        .take_events("Network.requestWillBeSent")
+    let sent = page.take_events("Network.requestWillBeSent");
+    let request_for = |suffix: &str| {
+        sent.iter()
+            .find(|e| {
+                e["params"]["request"]["url"]
+                    .as_str()
+                    .is_some_and(|u| u.ends_with(suffix))
+            })
+            .and_then(|e| e["params"]["requestId"].as_str().map(str::to_string))
+    };
+    let request = request_for("/events").expect("the page opened /events");
+    let snapshot = request_for("/api/fleet").expect("the page fetched /api/fleet");
+    let snapshot_wire_bytes = page
+        .take_events("Network.loadingFinished")
         .iter()
-        .find(|e| {
-            e["params"]["request"]["url"]
-                .as_str()
-                .is_some_and(|u| u.ends_with("/events"))
-        })
-        .and_then(|e| e["params"]["requestId"].as_str().map(str::to_string))
-        .expect("the page opened /events");
+        .filter(|e| e["params"]["requestId"] == snapshot.as_str())
+        .filter_map(|e| e["params"]["encodedDataLength"].as_u64())
+        .sum();
+    let snapshot_bytes = page
+        .evaluate("fetch('/api/fleet').then(r => r.text()).then(t => t.length)")
+        .await;
+    let snapshot_bytes = snapshot_bytes.as_u64().unwrap_or(0);
 
     // Idle: nothing changes for 30 s (gpuid's resync aside).
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -262,7 +287,7 @@ async fn one_run(nodes: usize, run: usize) -> Run {
         .await;
     let task_after = metric(&mut page, "TaskDuration").await;
     let js_heap = metric(&mut page, "JSHeapUsedSize").await;
-    let renderer_rss = renderer_rss_kib(browser_process.child.id());
+    let (renderer_rss, renderer_pss) = renderer_memory_kib(browser_process.child.id());
 
     let result = Run {
         first_render_ms: first_render,
@@ -272,17 +297,23 @@ async fn one_run(nodes: usize, run: usize) -> Run {
             - work_before.as_f64().unwrap_or(f64::NAN),
         change_task_ms: (task_after - task_before) * 1000.0,
         renderer_rss_mib: renderer_rss as f64 / 1024.0,
+        renderer_pss_mib: renderer_pss as f64 / 1024.0,
+        snapshot_wire_bytes,
+        snapshot_bytes,
         js_heap_mib: js_heap / 1024.0 / 1024.0,
         idle_cpu_percent,
     };
     eprintln!(
-        "run {run}: first render {:.0} ms; one change {} bytes decoded, {} on the wire, {:.1} ms page work, {:.1} ms main-thread tasks; renderer RSS {:.0} MiB, JS heap {:.1} MiB; idle sandbox {:.1} % of a core",
+        "run {run}: snapshot {} bytes, {} on the wire; first render {:.0} ms; one change {} bytes decoded, {} on the wire, {:.1} ms page work, {:.1} ms main-thread tasks; renderer RSS {:.0} MiB (PSS {:.0} MiB), JS heap {:.1} MiB; idle sandbox {:.1} % of a core",
+        result.snapshot_bytes,
+        result.snapshot_wire_bytes,
         result.first_render_ms,
         result.change_decoded_bytes,
         result.change_wire_bytes,
         result.change_page_ms,
         result.change_task_ms,
         result.renderer_rss_mib,
+        result.renderer_pss_mib,
         result.js_heap_mib,
         result.idle_cpu_percent
     );
@@ -323,13 +354,16 @@ async fn main() {
     }
     let m = |f: fn(&Run) -> f64| median(all.iter().map(f).collect());
     println!(
-        "median of {runs} at {nodes} Nodes: first useful render {:.0} ms; one change {:.0} bytes decoded, {:.0} bytes on the wire, {:.1} ms page work, {:.1} ms main-thread tasks; renderer RSS {:.0} MiB, JS heap {:.1} MiB; idle sandbox {:.1} % of one core; load average after: {}",
+        "median of {runs} at {nodes} Nodes: snapshot {:.0} bytes, {:.0} on the wire; first useful render {:.0} ms; one change {:.0} bytes decoded, {:.0} bytes on the wire, {:.1} ms page work, {:.1} ms main-thread tasks; renderer RSS {:.0} MiB (PSS {:.0} MiB), JS heap {:.1} MiB; idle sandbox {:.1} % of one core; load average after: {}",
+        m(|r| r.snapshot_bytes as f64),
+        m(|r| r.snapshot_wire_bytes as f64),
         m(|r| r.first_render_ms),
         m(|r| r.change_decoded_bytes as f64),
         m(|r| r.change_wire_bytes as f64),
         m(|r| r.change_page_ms),
         m(|r| r.change_task_ms),
         m(|r| r.renderer_rss_mib),
+        m(|r| r.renderer_pss_mib),
         m(|r| r.js_heap_mib),
         m(|r| r.idle_cpu_percent),
         loadavg()
