@@ -8,14 +8,17 @@
 //!   from `performance.now()`);
 //! * bytes of one change: a runtime policy fails one GPU; everything the
 //!   event stream carried from then until 3 s after the page showed it,
-//!   decoded (`Network.eventSourceMessageReceived`) and on the wire
-//!   (`Network.dataReceived`'s encoded length);
+//!   decoded as the page got it (`Network.eventSourceMessageReceived`) and
+//!   on the wire of a gzip-accepting client the bench keeps on `/events`
+//!   (DevTools' encoded lengths for a stream still open arrive late or not
+//!   at all, so they are printed but not used);
 //! * main-thread time of that change: the page's own count of time spent
 //!   parsing, applying and drawing deltas (`window.fleetWork`), and
 //!   DevTools' `Performance.getMetrics` TaskDuration over the same window
 //!   (all main-thread tasks, keep-alives included);
-//! * tab memory: the renderer processes' RSS (`/proc`, Chromium's
-//!   `--type=renderer` children) and the JS heap (`JSHeapUsedSize`);
+//! * tab memory: the renderer processes' RSS and PSS (`/proc`, Chromium's
+//!   `--type=renderer` children), before and after the page is opened,
+//!   and the page's JS heap (`JSHeapUsedSize`); the snapshot's size;
 //! * idle sandbox CPU: the sandbox's utime + stime over 30 s with the page
 //!   open and nothing changing, as a share of one core.
 //!
@@ -175,6 +178,43 @@ fn event_bytes(page: &mut browser::Page, request: &str) -> (usize, u64) {
     (decoded, wire)
 }
 
+/// Opens `/events` as a gzip-accepting client of its own and counts the
+/// bytes that arrive (chunk framing included): the wire cost of the event
+/// stream, read apart from the browser (whose DevTools counts for a stream
+/// still open come late or not at all).
+async fn count_event_stream_bytes(ui_url: &str) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = ui_url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let counter = std::sync::Arc::new(AtomicU64::new(0));
+    let mut stream = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("the fleet view accepts a connection");
+    stream
+        .write_all(
+            format!(
+                "GET /events HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\nAccept-Encoding: gzip\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("request sent");
+    let count = counter.clone();
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        while let Ok(read) = stream.read(&mut buffer).await {
+            if read == 0 {
+                return;
+            }
+            count.fetch_add(read as u64, Ordering::Relaxed);
+        }
+    });
+    counter
+}
+
 async fn one_run(nodes: usize, run: usize) -> Run {
     let nodes_arg = nodes.to_string();
     let started = std::time::Instant::now();
@@ -206,6 +246,13 @@ async fn one_run(nodes: usize, run: usize) -> Run {
     page.call("Page.enable", json!({})).await;
     page.call("Network.enable", json!({})).await;
     page.call("Performance.enable", json!({})).await;
+    let (blank_rss, blank_pss) = renderer_memory_kib(browser_process.child.id());
+    eprintln!(
+        "run {run}: renderers before the page: RSS {} MiB, PSS {} MiB",
+        blank_rss / 1024,
+        blank_pss / 1024
+    );
+    let stream_bytes = count_event_stream_bytes(&sandbox.ui_url).await;
     page.call("Page.navigate", json!({"url": sandbox.ui_url}))
         .await;
     let first_render = page
@@ -237,9 +284,16 @@ async fn one_run(nodes: usize, run: usize) -> Run {
         .filter_map(|e| e["params"]["encodedDataLength"].as_u64())
         .sum();
     let snapshot_bytes = page
-        .evaluate("fetch('/api/fleet').then(r => r.text()).then(t => t.length)")
+        .call(
+            "Runtime.evaluate",
+            json!({
+                "expression": "fetch('/api/fleet').then(r => r.text()).then(t => t.length)",
+                "awaitPromise": true,
+                "returnByValue": true,
+            }),
+        )
         .await;
-    let snapshot_bytes = snapshot_bytes.as_u64().unwrap_or(0);
+    let snapshot_bytes = snapshot_bytes["result"]["value"].as_u64().unwrap_or(0);
 
     // Idle: nothing changes for 30 s (gpuid's resync aside).
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -258,6 +312,7 @@ async fn one_run(nodes: usize, run: usize) -> Run {
     let rack_index = rack.spec.identity.rack_index;
     let _ = page.evaluate("1").await;
     let _ = event_bytes(&mut page, &request);
+    let stream_before = stream_bytes.load(std::sync::atomic::Ordering::Relaxed);
     let work_before = page
         .evaluate("window.fleetWork.apply + window.fleetWork.draw")
         .await;
@@ -281,7 +336,11 @@ async fn one_run(nodes: usize, run: usize) -> Run {
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let _ = page.evaluate("1").await;
-    let (change_decoded_bytes, change_wire_bytes) = event_bytes(&mut page, &request);
+    let (change_decoded_bytes, devtools_wire) = event_bytes(&mut page, &request);
+    let change_wire_bytes = stream_bytes.load(std::sync::atomic::Ordering::Relaxed) - stream_before;
+    eprintln!(
+        "run {run}: the change on a gzip client's wire: {change_wire_bytes} bytes (DevTools counted {devtools_wire} for the page's stream)"
+    );
     let work_after = page
         .evaluate("window.fleetWork.apply + window.fleetWork.draw")
         .await;
