@@ -2,7 +2,9 @@
 //! installed by scripts/test.sh), driven over the DevTools protocol: the
 //! page's counts of racks, Nodes and GPUs equal the API's; a policy that
 //! fails a GPU turns that GPU's cell to "lost" through the live event
-//! stream, without a reload; a screenshot is saved. At 2,000 Nodes: the
+//! stream, without a reload; a GPU failing on a TFJob's Node flags the job;
+//! search by a TFJob's name opens it; "only problems" leaves the lost
+//! racks in the heatmap; a screenshot is saved. At 2,000 Nodes: the
 //! change a failed GPU causes stays small on the wire, search finds a GPU
 //! by its serial, and a deep link opens a Node's detail.
 
@@ -164,6 +166,104 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
     );
     assert_eq!(page.evaluate(&count("count-tfjobs")).await, json!(1));
     assert_eq!(page.evaluate("window.notReloaded").await, json!("yes"));
+
+    // A GPU failing on the chief's Node flags the job.
+    let chief = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default")
+        .get("browser-job-chief-0")
+        .await
+        .expect("the chief pod");
+    let chief_node = chief
+        .spec
+        .and_then(|spec| spec.node_name)
+        .expect("the chief is scheduled");
+    let (chief_rack, chief_slot) = Api::<SGPURack>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("racks listed")
+        .items
+        .iter()
+        .find_map(|rack| {
+            rack.spec
+                .nodes
+                .iter()
+                .find(|slot| slot.node_ref.as_ref().is_some_and(|r| r.name == chief_node))
+                .map(|slot| (rack.spec.identity.rack_index, slot.index))
+        })
+        .expect("the chief's Node has a rack slot");
+    // Unless the scheduler put the chief on the Node whose GPU failed above.
+    let first_lost_node = rack
+        .spec
+        .node_by_index(2)
+        .and_then(|slot| slot.node_ref.as_ref())
+        .map(|node| node.name.clone());
+    if first_lost_node.as_deref() != Some(chief_node.as_str()) {
+        assert_eq!(
+            page.evaluate(
+                "document.getElementById('job-default-browser-job').dataset.broken ?? 'no'"
+            )
+            .await,
+            json!("no"),
+            "{chief_node}"
+        );
+    }
+    Api::<SGPURuntimePolicy>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &crate::browser::policy_failing_one_gpu(
+                "browser-fails-the-chiefs-gpu",
+                "sandbox",
+                "nvl72",
+                (chief_rack, chief_slot, 0),
+            ),
+        )
+        .await
+        .expect("policy created");
+    page.evaluate_until(
+        "document.getElementById('job-default-browser-job')?.dataset.broken",
+        |v| v == "true",
+    )
+    .await;
+
+    // Search by the TFJob's name opens its detail, which lists its pods' Nodes.
+    page.evaluate(
+        "(() => { const s = document.getElementById('search'); s.value = 'browser-job'; \
+         document.getElementById('search-form').requestSubmit(); })()",
+    )
+    .await;
+    page.evaluate_until("document.querySelector('#detail h2')?.textContent", |v| {
+        v.as_str()
+            .is_some_and(|t| t.starts_with("TFJob default/browser-job"))
+    })
+    .await;
+    let detail = page
+        .evaluate("document.getElementById('detail').textContent")
+        .await;
+    assert!(
+        detail.as_str().unwrap_or_default().contains(&chief_node),
+        "{detail}"
+    );
+
+    // "Only problems" leaves the racks with a lost GPU in the heatmap.
+    page.evaluate("document.getElementById('only-problems').click()")
+        .await;
+    let shown = page
+        .evaluate("Array.from(document.querySelectorAll('#heatmap .rack-cell')).filter(c => c.offsetParent !== null).map(c => c.dataset.status)")
+        .await;
+    let shown: Vec<&str> = shown
+        .as_array()
+        .map(|cells| cells.iter().filter_map(|c| c.as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        !shown.is_empty() && shown.iter().all(|s| *s == "lost"),
+        "{shown:?}"
+    );
+    assert_eq!(
+        page.evaluate("document.getElementById('live').getAttribute('aria-live')")
+            .await,
+        json!("polite")
+    );
+    page.evaluate("document.getElementById('only-problems').click()")
+        .await;
 
     let shot = page
         .call(
