@@ -7,8 +7,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::model::{Dirty, Sources};
-use super::runtime::{Inputs, NodeAssignment, node_assignment};
 use controller_kit::caches::DetachedStore;
 use controller_kit::{CachedStore, Caches, StoreOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -18,6 +16,9 @@ use mokka::api::{SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy};
 use tfjob::api::object::TFJobObject;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+use super::model::{Dirty, Sources};
+use super::runtime::{Inputs, NodeAssignment, node_assignment};
 
 /// Whether Mokka projected the Node as assigned
 /// (`mokka.nvidia.com/sgpu-assigned=true`).
