@@ -189,8 +189,11 @@ fn values<K, V: Serialize, S: serde::Serializer>(
 /// What changed since the last update, as the watch caches saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Dirty {
-    /// An inventory, profile or policy changed: every GPU may have.
+    /// Everything (the first pass).
     pub all: bool,
+    /// An inventory, profile or policy changed: every rack's GPUs may
+    /// have (Nodes only where their slot changes).
+    pub runtime: bool,
     pub racks: BTreeSet<String>,
     pub nodes: BTreeSet<String>,
     /// A TFJob or one of its pods changed.
@@ -199,7 +202,7 @@ pub struct Dirty {
 
 impl Dirty {
     pub fn is_empty(&self) -> bool {
-        !self.all && !self.jobs && self.racks.is_empty() && self.nodes.is_empty()
+        !self.all && !self.runtime && !self.jobs && self.racks.is_empty() && self.nodes.is_empty()
     }
 }
 
@@ -566,7 +569,7 @@ impl Model {
         // Which racks and Nodes to recompute.
         let mut racks: BTreeSet<String> = dirty.racks.clone();
         let mut nodes: BTreeSet<String> = dirty.nodes.clone();
-        if dirty.all {
+        if dirty.all || dirty.runtime {
             racks.extend(self.racks.keys().cloned());
             racks.extend(
                 sources
@@ -574,6 +577,8 @@ impl Model {
                     .iter()
                     .filter_map(|r| r.metadata.name.clone()),
             );
+        }
+        if dirty.all {
             nodes.extend(self.nodes.keys().cloned());
             nodes.extend(
                 sources
@@ -969,7 +974,7 @@ mod tests {
         let delta = model.update(
             &sources,
             Dirty {
-                all: true,
+                runtime: true,
                 ..Dirty::default()
             },
         );
@@ -990,7 +995,7 @@ mod tests {
         let again = model.update(
             &sources,
             Dirty {
-                all: true,
+                runtime: true,
                 ..Dirty::default()
             },
         );

@@ -193,6 +193,35 @@ impl FleetState {
                 changes.send_modify(|count| *count += 1);
             }));
         }
+        fn attach_specs<K>(
+            store: &CachedStore<K>,
+            changes: &watch::Sender<u64>,
+            dirty: &Arc<parking_lot::Mutex<Dirty>>,
+        ) where
+            K: controller_kit::caches::CachedObject + kube::Resource,
+        {
+            let changes = changes.clone();
+            let dirty = dirty.clone();
+            let seen = parking_lot::Mutex::new(BTreeMap::<String, (String, i64)>::new());
+            store.attach(Arc::new(move |event| {
+                let meta = event.object().meta();
+                let name = meta.name.clone().unwrap_or_default();
+                let now = (
+                    meta.uid.clone().unwrap_or_default(),
+                    meta.generation.unwrap_or_default(),
+                );
+                let moved = match event {
+                    controller_kit::ObjectEvent::Applied(_) => {
+                        seen.lock().insert(name, now.clone()) != Some(now)
+                    }
+                    controller_kit::ObjectEvent::Deleted(_) => seen.lock().remove(&name).is_some(),
+                };
+                if moved {
+                    dirty.lock().runtime = true;
+                }
+                changes.send_modify(|count| *count += 1);
+            }));
+        }
         fn name(meta: &kube::api::ObjectMeta) -> String {
             meta.name.clone().unwrap_or_default()
         }
@@ -203,10 +232,12 @@ impl FleetState {
         attach(&self.racks, changes, dirty, |rack, d| {
             d.racks.insert(name(&rack.metadata));
         });
-        // These can change any GPU's runtime, or a rack's profile.
-        attach(&self.inventories, changes, dirty, |_, d| d.all = true);
-        attach(&self.profiles, changes, dirty, |_, d| d.all = true);
-        attach(&self.policies, changes, dirty, |_, d| d.all = true);
+        // These can change any GPU's runtime, or a rack's profile, but only
+        // through their spec: Mokka's status writes (many while it renders
+        // thousands of racks) leave the generation alone and the view too.
+        attach_specs(&self.inventories, changes, dirty);
+        attach_specs(&self.profiles, changes, dirty);
+        attach_specs(&self.policies, changes, dirty);
         // Only a TFJob's own pods change what the view shows of it (the
         // device-plugin pods, one per Node, do not).
         attach(&self.pods, changes, dirty, |pod, d| {
