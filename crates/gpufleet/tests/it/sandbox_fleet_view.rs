@@ -4,7 +4,8 @@
 //! fails a GPU turns that GPU's cell to "lost" through the live event
 //! stream, without a reload; a GPU failing on a TFJob's Node flags the job;
 //! search by a TFJob's name opens it; "only problems" leaves the lost
-//! racks in the heatmap; a screenshot is saved. At 2,000 Nodes: the
+//! racks in the heatmap; a screenshot is saved; once the sandbox stops the
+//! page marks its data stale. At 2,000 Nodes: the
 //! change a failed GPU causes stays small on the wire, search finds a GPU
 //! by its serial, and a deep link opens a Node's detail.
 
@@ -288,6 +289,27 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
     assert!(
         status.success(),
         "the sandbox stops cleanly on SIGTERM: {status}"
+    );
+    // The page says its data is stale once the server is gone.
+    page.evaluate_until("document.getElementById('live').dataset.live", |v| {
+        v == "disconnected"
+    })
+    .await;
+    assert_eq!(
+        page.evaluate(
+            "[document.body.classList.contains('stale'), document.getElementById('stale').hidden]"
+        )
+        .await,
+        json!([true, false])
+    );
+    let stale_at = page
+        .evaluate("document.getElementById('stale-at').textContent")
+        .await;
+    assert!(
+        stale_at
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z') && t.len() == 20),
+        "the time the data is from, in the page's one format: {stale_at}"
     );
 }
 
