@@ -4,8 +4,9 @@
 //! fails a GPU turns that GPU's cell to "lost" through the live event
 //! stream, without a reload; a GPU failing on a TFJob's Node flags the job;
 //! search by a TFJob's name opens it; "only problems" leaves the lost
-//! racks in the heatmap; a screenshot is saved; once the sandbox stops the
-//! page marks its data stale. At 2,000 Nodes: the
+//! racks in the heatmap; every visible text has 4.5:1 contrast; a 390 px
+//! wide window does not scroll sideways; a screenshot is saved; once the
+//! sandbox stops the page marks its data stale. At 2,000 Nodes: the
 //! change a failed GPU causes stays small on the wire, search finds a GPU
 //! by its serial, and a deep link opens a Node's detail.
 
@@ -20,6 +21,37 @@ use serde_json::json;
 
 use crate::browser;
 use crate::support::RunningSandbox;
+
+/// Lists the visible elements whose own text has less than 4.5:1 contrast
+/// with the nearest opaque background behind it (WCAG's relative
+/// luminance), as `tag.class ratio text`.
+const CONTRAST_BELOW_AA: &str = r#"(() => {
+  const channels = c => (c.match(/[\d.]+/g) || []).map(Number);
+  const luminance = c => {
+    const [r, g, b] = channels(c).slice(0, 3).map(v => {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const background = el => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = getComputedStyle(e).backgroundColor, v = channels(c);
+      if (v.length === 3 || (v.length === 4 && v[3] > 0)) return c;
+    }
+    return "rgb(255, 255, 255)";
+  };
+  const low = [];
+  document.querySelectorAll("body *").forEach(el => {
+    const ownText = Array.from(el.childNodes).some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!ownText || el.getClientRects().length === 0 || getComputedStyle(el).visibility === "hidden") return;
+    if (el.closest(".visually-hidden, .skip, [hidden]")) return;
+    const fg = luminance(getComputedStyle(el).color), bg = luminance(background(el));
+    const ratio = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+    if (ratio < 4.5) low.push(el.tagName.toLowerCase() + "." + el.className + " " + ratio.toFixed(2) + " " + el.textContent.trim().slice(0, 24));
+  });
+  return low;
+})()"#;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live() {
@@ -266,6 +298,10 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
     page.evaluate("document.getElementById('only-problems').click()")
         .await;
 
+    // Every visible text is at least 4.5:1 against its background (WCAG AA).
+    let low_contrast = page.evaluate(CONTRAST_BELOW_AA).await;
+    assert_eq!(low_contrast, json!([]), "text below 4.5:1");
+
     let shot = page
         .call(
             "Page.captureScreenshot",
@@ -283,6 +319,20 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
         });
     std::fs::write(&out, &png).expect("screenshot written");
     eprintln!("screenshot: {}", out.display());
+
+    // A phone-sized window: the page reflows instead of scrolling sideways.
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 390, "height": 800, "deviceScaleFactor": 1, "mobile": true}),
+    )
+    .await;
+    page.evaluate_until(
+        "document.documentElement.scrollWidth <= window.innerWidth",
+        |v| v == true,
+    )
+    .await;
+    page.call("Emulation.clearDeviceMetricsOverride", json!({}))
+        .await;
 
     let mut sandbox = sandbox;
     let status = sandbox.process.terminate().await;
