@@ -4,7 +4,8 @@
 //! fails a GPU turns that GPU's cell to "lost" through the live event
 //! stream, without a reload; a GPU failing on a TFJob's Node flags the job;
 //! search by a TFJob's name opens it; "only problems" leaves the lost
-//! racks in the heatmap; every visible text has 4.5:1 contrast; a 390 px
+//! racks in the heatmap; arrow keys and Enter open a rack; every visible
+//! text has 4.5:1 contrast; a 390 px
 //! wide window does not scroll sideways; a screenshot is saved; once the
 //! sandbox stops the page marks its data stale. At 2,000 Nodes: the
 //! change a failed GPU causes stays small on the wire, search finds a GPU
@@ -275,6 +276,21 @@ async fn the_fleet_view_shows_the_apis_counts_and_a_failed_gpu_turns_lost_live()
         detail.as_str().unwrap_or_default().contains(&chief_node),
         "{detail}"
     );
+
+    // The keyboard: the heatmap is one tab stop, arrows move, Enter opens.
+    page.evaluate("document.querySelector('#heatmap .rack-cell').focus()")
+        .await;
+    let key = |key: &str, code: i64, text: &str| json!({"type": "keyDown", "key": key, "code": key, "windowsVirtualKeyCode": code, "text": text});
+    page.call("Input.dispatchKeyEvent", key("ArrowRight", 39, ""))
+        .await;
+    let focused = page.evaluate("document.activeElement.dataset.rack").await;
+    assert_eq!(focused, json!(rack_name), "ArrowRight moves to rack 1");
+    page.call("Input.dispatchKeyEvent", key("Enter", 13, "\r"))
+        .await;
+    page.evaluate_until("decodeURIComponent(location.hash)", |v| {
+        *v == json!(format!("#rack={rack_name}"))
+    })
+    .await;
 
     // "Only problems" leaves the racks with a lost GPU in the heatmap.
     page.evaluate("document.getElementById('only-problems').click()")
