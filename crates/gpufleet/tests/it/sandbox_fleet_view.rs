@@ -5,9 +5,9 @@
 //! stream, without a reload; a GPU failing on a TFJob's Node flags the job;
 //! search by a TFJob's name opens it; "only problems" leaves the lost
 //! racks in the heatmap; arrow keys and Enter open a rack; every visible
-//! text has 4.5:1 contrast; a 390 px
-//! wide window does not scroll sideways; a screenshot is saved; once the
-//! sandbox stops the page marks its data stale. At 2,000 Nodes: the
+//! text has 4.5:1 contrast; a 390 px wide window does not scroll sideways;
+//! a screenshot is saved; once the sandbox stops the page marks its data
+//! stale. At 2,000 Nodes: the
 //! change a failed GPU causes stays small on the wire, search finds a GPU
 //! by its serial, and a deep link opens a Node's detail.
 
