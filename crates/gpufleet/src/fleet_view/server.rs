@@ -155,10 +155,14 @@ async fn favicon(headers: HeaderMap) -> Response {
 }
 
 async fn fleet_json(State(shared): State<Shared>, headers: HeaderMap) -> Response {
-    match shared.live.snapshot() {
+    // Off the async workers: at 100,000 Nodes the model is 67 MB of JSON
+    // and compressing it takes over a second.
+    let answer = tokio::task::spawn_blocking(move || match shared.live.snapshot() {
         Ok(json) => compressed(&headers, "application/json", json),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+    })
+    .await;
+    answer.unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 async fn metrics(State(shared): State<Shared>) -> Response {
