@@ -24,6 +24,8 @@
 //!
 //! Run: `cargo bench -p gpufleet --bench fleet_view -- [--nodes 10000]
 //! [--runs 3]`. Prints each run and the medians, with the load average.
+//! `-- --open URL` measures only the first render and memory of a fleet
+//! view already running at URL (a sandbox too large to start per run).
 
 #[allow(dead_code)]
 #[path = "../tests/it/support.rs"]
@@ -397,8 +399,45 @@ fn loadavg() -> String {
         .join(" ")
 }
 
+/// First useful render and renderer memory of a fleet view at `url`.
+async fn open_only(url: &str) {
+    let profile = tempfile::tempdir().expect("a profile directory");
+    let (browser_process, mut page) = browser::open(profile.path()).await;
+    page.call("Page.enable", json!({})).await;
+    page.call("Performance.enable", json!({})).await;
+    let (blank_rss, blank_pss) = renderer_memory_kib(browser_process.child.id());
+    page.call("Page.navigate", json!({"url": url})).await;
+    let first_render = page
+        .evaluate_until("window.fleetFirstRender", Value::is_number)
+        .await;
+    let nodes = page
+        .evaluate("document.getElementById('count-nodes').textContent")
+        .await;
+    let js_heap = metric(&mut page, "JSHeapUsedSize").await;
+    let (rss, pss) = renderer_memory_kib(browser_process.child.id());
+    println!(
+        "{url}: {nodes} Nodes; first useful render {first_render} ms; renderers {} MiB RSS / {} MiB PSS ({} / {} before the page); JS heap {:.1} MiB; load average {}",
+        rss / 1024,
+        pss / 1024,
+        blank_rss / 1024,
+        blank_pss / 1024,
+        js_heap / 1024.0 / 1024.0,
+        loadavg()
+    );
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(url) = args
+        .iter()
+        .position(|a| a == "--open")
+        .and_then(|i| args.get(i + 1))
+    {
+        browser::chromium();
+        open_only(url).await;
+        return;
+    }
     // `cargo bench` passes `--bench`; everything else is ours.
     let nodes = arg("--nodes", 10_000);
     let runs = arg("--runs", 3).max(1);
