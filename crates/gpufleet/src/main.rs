@@ -4,6 +4,7 @@ mod allocator;
 mod cli;
 mod commands;
 mod exec_rules;
+mod fleet_view;
 mod logging;
 mod sim;
 

@@ -5,13 +5,21 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+/// The most Nodes a sandbox can have: Mokka accepts an inventory of at
+/// most 100,000 Nodes, counted in whole racks, and the sandbox's racks hold
+/// 18 (5,555 racks).
+pub const MAX_NODES: i64 = mokka::limits::MAX_INVENTORY_NODES / 18 * 18;
+
 /// `gpufleet sandbox` flags.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
-    /// Simulated GPU Nodes (each 4 GPUs); racks of 18 Nodes are added to
-    /// hold them all.
-    #[arg(long, default_value_t = 72, value_parser = clap::value_parser!(u16).range(1..=2000))]
-    pub nodes: u16,
+    /// Simulated GPU Nodes (each 4 GPUs), 1 to 99990; racks of 18 Nodes
+    /// are added to hold them all. 99990 is the largest fleet of whole
+    /// 18-Node racks within Mokka's inventory limit of 100000 Nodes.
+    /// Start-up grows with the count (gpuid inventories every Node through
+    /// exec); docs/sandbox.md has timings.
+    #[arg(long, default_value_t = 72, value_parser = clap::value_parser!(u32).range(1..=MAX_NODES))]
+    pub nodes: u32,
     /// Where to write the kubeconfig of the sandbox's API server.
     #[arg(long, default_value = "sandbox.kubeconfig")]
     pub kubeconfig: PathBuf,
@@ -37,4 +45,29 @@ pub struct SandboxArgs {
     /// Cluster name on every gpuid record.
     #[arg(long, default_value = "sandbox")]
     pub cluster_name: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Probe {
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+    }
+
+    #[test]
+    fn nodes_go_up_to_the_largest_fleet_mokka_accepts_in_whole_racks() {
+        let parse = |n: &str| Probe::try_parse_from(["sandbox", "--nodes", n]);
+        let most = MAX_NODES.to_string();
+        let one_more = (MAX_NODES + 1).to_string();
+        assert_eq!(
+            parse(&most).map(|p| i64::from(p.sandbox.nodes)).ok(),
+            Some(MAX_NODES)
+        );
+        assert!(parse(&one_more).is_err());
+        assert!(parse("0").is_err());
+    }
 }

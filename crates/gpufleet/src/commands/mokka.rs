@@ -299,7 +299,9 @@ async fn serve_fleet_view(
     address: SocketAddr,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    use crate::commands::sandbox::{state::FleetState, ui};
+    use crate::fleet_view::live::Live;
+    use crate::fleet_view::model::Mode;
+    use crate::fleet_view::{server as ui, state::FleetState};
     let state = FleetState::new(client, false)?;
     let server = ui::bind_address(address).await?;
     tracing::info!(address = %server.local_addr, "serving the fleet view (--ui)");
@@ -314,8 +316,9 @@ async fn serve_fleet_view(
             }
         });
     }
+    let live = Live::start(state, Mode::Cluster, shutdown.clone());
     tokio::spawn(async move {
-        if let Err(error) = server.serve(state, None, shutdown).await {
+        if let Err(error) = server.serve(live, None, shutdown).await {
             tracing::error!(error = format!("{error:#}"), "the fleet view stopped");
         }
     });

@@ -99,7 +99,11 @@ pub async fn open(profile: &Path) -> (KilledOnDrop, Page) {
                 browser.child.try_wait()
             )
         });
-    let page = Page { socket, next_id: 0 };
+    let page = Page {
+        socket,
+        next_id: 0,
+        events: Vec::new(),
+    };
     (browser, page)
 }
 
@@ -171,6 +175,8 @@ pub struct Page {
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
     next_id: u64,
+    /// DevTools events (`Network.*` once enabled) received so far.
+    events: Vec<Value>,
 }
 
 impl Page {
@@ -196,7 +202,19 @@ impl Page {
                 assert!(answer.get("error").is_none(), "{method} failed: {answer}");
                 return answer["result"].clone();
             }
+            if answer.get("method").is_some() {
+                self.events.push(answer);
+            }
         }
+    }
+
+    /// The events named `method` received so far, removed from the buffer.
+    pub fn take_events(&mut self, method: &str) -> Vec<Value> {
+        let (taken, kept) = std::mem::take(&mut self.events)
+            .into_iter()
+            .partition(|event| event["method"] == method);
+        self.events = kept;
+        taken
     }
 
     pub async fn evaluate(&mut self, expression: &str) -> Value {

@@ -229,15 +229,17 @@ async fn gpufleet_mokka_projects_a_node_serves_health_readiness_metrics_and_the_
     let fleet: serde_json::Value = serde_json::from_str(&fleet).unwrap();
     assert_eq!(fleet["racks"].as_array().map(Vec::len), Some(1), "{fleet}");
     assert_eq!(
-        (fleet["nodes"].as_u64(), fleet["gpus"].as_u64()),
+        (
+            fleet["summary"]["nodes"].as_u64(),
+            fleet["summary"]["gpus"].as_u64()
+        ),
         (Some(1), Some(1))
     );
     assert_eq!(fleet["tfjobs_watched"], false);
+    assert_eq!(fleet["mode"], "cluster");
+    // The page is a shell that loads the model; its title names the mode.
     let page = poll_http(ui_port, "/", |status, _| status == 200).await;
-    assert!(
-        page.contains("node-a") && page.contains("data-state=\"healthy\""),
-        "{page}"
-    );
+    assert!(page.contains("<title>gpufleet cluster</title>"), "{page}");
     // The leader gauge and the counters are set by different tasks (a
     // reconcile is counted when it ends, after its writes); wait until the
     // page shows all of them.
@@ -462,7 +464,10 @@ async fn the_fleet_view_of_gpufleet_mokka_ui_counts_the_clusters_gpus_and_shows_
     .await;
     let fleet: serde_json::Value = serde_json::from_str(&fleet).unwrap();
     assert_eq!(
-        (fleet["nodes"].as_u64(), fleet["gpus"].as_u64()),
+        (
+            fleet["summary"]["nodes"].as_u64(),
+            fleet["summary"]["gpus"].as_u64()
+        ),
         (Some(2), Some(8)),
         "{fleet}"
     );
@@ -480,25 +485,34 @@ async fn the_fleet_view_of_gpufleet_mokka_ui_counts_the_clusters_gpus_and_shows_
 
     let (_browser, mut page) = crate::browser::open(&dir.path().join("chromium-profile")).await;
     page.call("Page.enable", json!({})).await;
+    // A deep link to the rack opens its detail with every GPU of it.
+    let rack_name = racks[0].metadata.name.clone().expect("the rack's name");
     page.call(
         "Page.navigate",
-        json!({"url": format!("http://127.0.0.1:{ui_port}/")}),
+        json!({"url": format!("http://127.0.0.1:{ui_port}/#rack={rack_name}")}),
     )
     .await;
     page.evaluate_until("document.getElementById('live')?.dataset.live", |v| {
         v == "live"
     })
     .await;
+    page.evaluate_until("window.fleetLoaded === true", |v| v == true)
+        .await;
     let count = |id: &str| format!("Number(document.getElementById('{id}')?.textContent)");
+    page.evaluate_until(&count("count-gpus"), |v| *v == json!(gpus))
+        .await;
     assert_eq!(page.evaluate(&count("count-racks")).await, json!(1));
     assert_eq!(page.evaluate(&count("count-nodes")).await, json!(2));
-    assert_eq!(page.evaluate(&count("count-gpus")).await, json!(gpus));
     assert_eq!(
-        page.evaluate("document.querySelectorAll('td.gpu').length")
+        page.evaluate("document.querySelectorAll('#detail td.gpu').length")
             .await,
         json!(gpus)
     );
     assert_eq!(page.evaluate(&count("count-lost")).await, json!(0));
+    assert_eq!(
+        page.evaluate("document.title").await,
+        json!("gpufleet cluster")
+    );
     page.evaluate("window.notReloaded = 'yes'").await;
 
     let uuid = racks[0]
@@ -507,7 +521,8 @@ async fn the_fleet_view_of_gpufleet_mokka_ui_counts_the_clusters_gpus_and_shows_
         .and_then(|slot| slot.gpus.iter().find(|gpu| gpu.index == 2))
         .map(|gpu| gpu.uuid.clone())
         .expect("slot 1, GPU 2");
-    let cell = format!("document.getElementById('gpu-{uuid}')?.dataset.state");
+    let cell =
+        format!("document.querySelector('#detail td.gpu[data-uuid=\"{uuid}\"]')?.dataset.state");
     assert_eq!(page.evaluate(&cell).await, json!("healthy"));
     let policy =
         crate::browser::policy_failing_one_gpu("fail-one-gpu", "inv", "compute", (0, 1, 2));

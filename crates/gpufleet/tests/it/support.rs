@@ -267,6 +267,11 @@ pub struct RunningSandbox {
 
 impl RunningSandbox {
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_within(extra, Duration::from_secs(240))
+    }
+
+    /// [`Self::start`], waiting up to `startup` for the fleet to be ready.
+    pub fn start_within(extra: &[&str], startup: Duration) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("sandbox.kubeconfig");
         let child = Command::new(env!("CARGO_BIN_EXE_gpufleet"))
@@ -284,7 +289,7 @@ impl RunningSandbox {
             name: "gpufleet sandbox",
         };
         let stderr = pipe_lines(process.child.stderr.take().expect("stderr is piped"));
-        let seen = wait_for_line(&stderr, "fleet view:", Duration::from_secs(240));
+        let seen = wait_for_line(&stderr, "fleet view:", startup);
         let ui_url = seen
             .last()
             .and_then(|line| line.split_whitespace().find(|w| w.starts_with("http://")))

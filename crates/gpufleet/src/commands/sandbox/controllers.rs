@@ -31,7 +31,20 @@ use crate::cli::sandbox::SandboxArgs;
 /// touching the pod, as on real hardware, so only a resync notices it.
 /// Every 5 s keeps a policy's effect visible within seconds while 72 idle
 /// Nodes cost about 15 execs a second.
-pub const GPUID_RESYNC: &str = "5s";
+pub const GPUID_RESYNC_SECONDS: u64 = 5;
+/// Idle execs per second the resync may cost, whatever the fleet's size:
+/// each exec is a TLS connection and an nvidia-smi rendering, so at 5 s an
+/// idle 10,000-Node sandbox would spend its CPU on 2,000 execs a second.
+/// Larger fleets resync less often instead (10,000 Nodes: every 11 min;
+/// the fleet view reads policies itself and shows their effect at once).
+pub const GPUID_IDLE_EXECS_PER_SECOND: u64 = 15;
+
+/// gpuid's resync period for a sandbox of `nodes` Nodes.
+pub fn gpuid_resync(nodes: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(
+        GPUID_RESYNC_SECONDS.max(nodes.div_ceil(GPUID_IDLE_EXECS_PER_SECOND)),
+    )
+}
 
 /// gpuid's validated configuration for the sandbox.
 #[derive(Debug, Clone)]
@@ -52,10 +65,11 @@ impl Gpuid {
 /// process environment is not read, so a stray `EXPORTER_TYPE` cannot
 /// change what the demo checks.
 pub fn gpuid_config(args: &SandboxArgs) -> anyhow::Result<Gpuid> {
+    let resync = format!("{}s", gpuid_resync(u64::from(args.nodes)).as_secs());
     let mut flags: BTreeMap<String, String> = [
         ("cluster-name", args.cluster_name.as_str()),
         ("namespace", DEVICE_PLUGIN_NAMESPACE),
-        ("resync", GPUID_RESYNC),
+        ("resync", resync.as_str()),
         ("timeout", "20s"),
     ]
     .into_iter()
@@ -164,4 +178,21 @@ pub fn spawn(
         gpuid: gpuid_registry,
         tfjob: tfjob_registry,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpuids_idle_resync_costs_at_most_a_fixed_exec_rate_at_any_fleet_size() {
+        assert_eq!(gpuid_resync(72).as_secs(), GPUID_RESYNC_SECONDS);
+        for nodes in [2_000u64, 10_000, 100_000] {
+            let per_second = nodes as f64 / gpuid_resync(nodes).as_secs_f64();
+            assert!(
+                per_second <= GPUID_IDLE_EXECS_PER_SECOND as f64,
+                "{nodes} Nodes: {per_second} execs/s"
+            );
+        }
+    }
 }

@@ -17,10 +17,9 @@ use mokka::api::{
 };
 use tfjob::api::object::TFJobObject;
 
-use super::device_plugin::current_assignment;
 use super::fleet;
 use super::nvidia_smi;
-use super::state::{FleetState, is_assigned, owned_by_tfjob};
+use crate::fleet_view::state::{FleetState, current_assignment, is_assigned, owned_by_tfjob};
 
 /// What the demo works with.
 pub struct Context {

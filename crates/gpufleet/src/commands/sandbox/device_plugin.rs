@@ -8,18 +8,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use controller_kit::caches::ObjectEvent;
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube_sim::exec::{ExecMatcher, ExecOutput, ExecRequest};
-use mokka::api::SGPURackProfile;
 use tokio_util::sync::CancellationToken;
 
 use super::fleet::DEVICE_PLUGIN_NAMESPACE;
 use super::nvidia_smi;
-use super::runtime::{Inputs, NodeAssignment, node_assignment};
-use super::state::{FleetState, is_assigned};
+use crate::fleet_view::state::{FleetState, current_assignment, is_assigned};
 
 /// Upstream gpuid's default `LABEL_SELECTOR` is `app=<this>`.
 pub const APP_LABEL: &str = "nvidia-device-plugin-daemonset";
@@ -64,20 +63,25 @@ fn assigned_nodes(nodes: &[Arc<Node>]) -> BTreeSet<String> {
         .collect()
 }
 
+/// Whether `pod` is one of the plugin's own pods, not being deleted.
+fn is_plugin_pod(pod: &Pod) -> bool {
+    pod.metadata.namespace.as_deref() == Some(DEVICE_PLUGIN_NAMESPACE)
+        && pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get("app"))
+            .is_some_and(|app| app == APP_LABEL)
+}
+
 /// What the DaemonSet controller would do now: pods to create (by Node)
 /// and pods to delete (by pod name). Pure.
 pub fn plan(nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> (Vec<String>, Vec<String>) {
     let wanted = assigned_nodes(nodes);
     let mut running: BTreeMap<String, String> = BTreeMap::new();
     for pod in pods {
-        let ours = pod.metadata.namespace.as_deref() == Some(DEVICE_PLUGIN_NAMESPACE)
-            && pod.metadata.deletion_timestamp.is_none()
-            && pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get("app"))
-                .is_some_and(|app| app == APP_LABEL);
+        let ours = is_plugin_pod(pod);
         let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone());
         if let (true, Some(node), Some(name)) = (ours, node, pod.metadata.name.clone()) {
             running.insert(node, name);
@@ -96,10 +100,60 @@ pub fn plan(nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> (Vec<String>, Vec<String>
     (create, delete)
 }
 
+/// A counter that moves only when what [`plan`] reads changes: which Nodes
+/// are assigned, and which plugin pods exist on which Node. Every other
+/// change (gpuid's annotations on each resync, TFJob pods, status) leaves
+/// it still, so an idle fleet does not re-plan its 10,000 Nodes.
+fn membership_changes(state: &FleetState) -> tokio::sync::watch::Receiver<u64> {
+    let (sender, receiver) = tokio::sync::watch::channel(0u64);
+    let assigned = Arc::new(parking_lot::Mutex::new(BTreeSet::<String>::new()));
+    {
+        let sender = sender.clone();
+        state.nodes.attach(Arc::new(move |event| {
+            let node = event.object();
+            let Some(name) = node.metadata.name.clone() else {
+                return;
+            };
+            let member = matches!(event, ObjectEvent::Applied(_))
+                && node.metadata.deletion_timestamp.is_none()
+                && is_assigned(node);
+            let mut assigned = assigned.lock();
+            let moved = if member {
+                assigned.insert(name)
+            } else {
+                assigned.remove(&name)
+            };
+            if moved {
+                sender.send_modify(|count| *count += 1);
+            }
+        }));
+    }
+    let placed = Arc::new(parking_lot::Mutex::new(BTreeMap::<String, String>::new()));
+    state.pods.attach(Arc::new(move |event| {
+        let pod = event.object();
+        let Some(name) = pod.metadata.name.clone() else {
+            return;
+        };
+        let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone());
+        let mut placed = placed.lock();
+        let moved = match (
+            matches!(event, ObjectEvent::Applied(_)) && is_plugin_pod(pod),
+            node,
+        ) {
+            (true, Some(node)) => placed.insert(name, node.clone()).as_ref() != Some(&node),
+            _ => placed.remove(&name).is_some(),
+        };
+        if moved {
+            sender.send_modify(|count| *count += 1);
+        }
+    }));
+    receiver
+}
+
 /// Keeps one device-plugin pod on every assigned Node until `cancel`.
 pub async fn run_daemonset(client: kube::Client, state: FleetState, cancel: CancellationToken) {
     let api: Api<Pod> = Api::namespaced(client, DEVICE_PLUGIN_NAMESPACE);
-    let mut changes = state.subscribe();
+    let mut changes = membership_changes(&state);
     loop {
         let (create, delete) = plan(&state.nodes.state(), &state.pods.state());
         for node in create {
@@ -127,40 +181,6 @@ pub async fn run_daemonset(client: kube::Client, state: FleetState, cancel: Canc
         // Let a burst of changes (72 projections) settle into one pass.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The Node's assignment as the device plugin sees it now.
-pub fn current_assignment(
-    state: &FleetState,
-    node: &str,
-) -> Result<Option<(NodeAssignment, SGPURackProfile)>, String> {
-    let Some(node_object) = state.nodes.get(node) else {
-        return Ok(None);
-    };
-    let uid = node_object.metadata.uid.clone().unwrap_or_default();
-    let racks = state.racks.state();
-    let inventories = state.inventories.state();
-    let policies = state.policies.state();
-    let profiles: BTreeMap<String, SGPURackProfile> = state
-        .profiles
-        .state()
-        .iter()
-        .filter_map(|p| p.metadata.name.clone().map(|name| (name, (**p).clone())))
-        .collect();
-    let inputs = Inputs {
-        racks: &racks,
-        inventories: &inventories,
-        profiles: &profiles,
-        policies: &policies,
-    };
-    let Some(assignment) = node_assignment(inputs, node, &uid).map_err(|e| e.to_string())? else {
-        return Ok(None);
-    };
-    let profile = profiles
-        .get(&assignment.profile_name)
-        .cloned()
-        .ok_or_else(|| format!("profile {} is not in the cache", assignment.profile_name))?;
-    Ok(Some((assignment, profile)))
 }
 
 /// nvidia-smi's own timestamp format, in UTC.

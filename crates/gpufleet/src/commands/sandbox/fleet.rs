@@ -164,6 +164,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_largest_sandbox_fits_mokkas_inventory_limit_in_whole_racks() {
+        let most = usize::try_from(crate::cli::sandbox::MAX_NODES).unwrap();
+        let slots = |nodes: usize| i64::from(racks_for(nodes) * NODES_PER_RACK);
+        assert!(slots(most) <= mokka::limits::MAX_INVENTORY_NODES);
+        assert!(slots(most + 1) > mokka::limits::MAX_INVENTORY_NODES);
+    }
+
+    #[test]
     fn racks_cover_every_node() {
         assert_eq!(racks_for(72), 4);
         assert_eq!(racks_for(73), 5);

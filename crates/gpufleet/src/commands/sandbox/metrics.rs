@@ -86,6 +86,11 @@ pub fn encode(registries: &Registries) -> Result<String, std::fmt::Error> {
     ]))
 }
 
+/// The three controllers' page as the fleet view's `/metrics` source.
+pub fn source(registries: Registries) -> crate::fleet_view::server::MetricsSource {
+    std::sync::Arc::new(move || encode(&registries))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

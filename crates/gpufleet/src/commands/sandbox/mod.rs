@@ -7,10 +7,11 @@
 //!
 //! Rooms: [`cluster`] (kube-sim and CRDs), [`fleet`] (what is seeded),
 //! [`controllers`] (the three controllers), [`device_plugin`] with the pure
-//! [`nvidia_smi`] renderer and [`runtime`] (assignment and effective
-//! runtime), [`state`] (watch caches), [`progress`] (what is printed),
-//! [`demo`] (the scripted checks), [`ui`] (the fleet view) and [`metrics`]
-//! (the three controllers' metrics on the fleet view's `/metrics`).
+//! [`nvidia_smi`] renderer, [`progress`] (what is printed), [`demo`] (the
+//! scripted checks) and [`metrics`] (the three controllers' metrics on the
+//! fleet view's `/metrics`). The watch caches, each Node's assignment and
+//! the fleet view itself are in `crate::fleet_view`, which `gpufleet mokka
+//! --ui` serves too.
 
 pub mod cluster;
 pub mod controllers;
@@ -20,9 +21,6 @@ pub mod fleet;
 pub mod metrics;
 pub mod nvidia_smi;
 pub mod progress;
-pub mod runtime;
-pub mod state;
-pub mod ui;
 
 use std::time::{Duration, Instant};
 
@@ -31,10 +29,21 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::sandbox::SandboxArgs;
+use crate::fleet_view::live::Live;
+use crate::fleet_view::model::Mode;
+use crate::fleet_view::{server as ui, state};
 
 /// How long start-up may take before the sandbox gives up: generous, as
 /// a busy 2-core CI machine runs it beside every other test.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(240);
+/// What start-up may take for `nodes` Nodes: [`STARTUP_TIMEOUT`] and 20 ms
+/// more per Node, since gpuid inventories each Node through exec before
+/// the fleet counts as ready.
+fn startup_timeout(nodes: usize) -> Duration {
+    STARTUP_TIMEOUT
+        + Duration::from_millis(20).saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX))
+}
+
 /// How long the controllers get to stop at shutdown.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -42,9 +51,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// check failed.
 pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     let started = Instant::now();
-    let nodes = usize::from(args.nodes);
+    let nodes = usize::try_from(args.nodes).unwrap_or(usize::MAX);
     let gpuid = controllers::gpuid_config(&args)?;
-    let sim = cluster::start(args.api_port).await?;
+    let sim = cluster::start(args.api_port, nodes).await?;
     progress::step(format!(
         "kube-sim serving at {} (kubelet and scheduler on)",
         sim.url()
@@ -98,9 +107,16 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
     }
     let ui = ui::bind(args.ui_port).await?;
     let ui_url = format!("http://{}/", ui.local_addr);
+    let live = Live::start(state.clone(), Mode::Sandbox, shutdown.clone());
     {
-        let (state, stop) = (state.clone(), shutdown.clone());
-        tasks.spawn(async move { ("fleet view", ui.serve(state, Some(registries), stop).await) });
+        let (live, stop) = (live.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            (
+                "fleet view",
+                ui.serve(live, Some(metrics::source(registries)), stop)
+                    .await,
+            )
+        });
     }
 
     let watch = progress::Startup {
@@ -109,11 +125,11 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
         keys: gpuid.node_keys(),
     };
     let outcome = tokio::select! {
-        ready = tokio::time::timeout(STARTUP_TIMEOUT, watch.wait_until_ready()) => match ready {
+        ready = tokio::time::timeout(startup_timeout(nodes), watch.wait_until_ready()) => match ready {
             Ok(()) => None,
             Err(_) => Some(Err(anyhow::anyhow!(
                 "the fleet was not ready within {} s: {}",
-                STARTUP_TIMEOUT.as_secs(),
+                startup_timeout(nodes).as_secs(),
                 watch.describe()
             ))),
         },
@@ -142,9 +158,9 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<bool> {
             } else {
                 progress::step("running; Ctrl-C stops the sandbox".to_string());
                 {
-                    let (state, stop) = (state.clone(), shutdown.clone());
+                    let (live, stop) = (live.clone(), shutdown.clone());
                     tasks.spawn(async move {
-                        progress::report_changes(state, stop).await;
+                        progress::report_changes(live, stop).await;
                         ("progress", Ok(()))
                     });
                 }

@@ -19,24 +19,13 @@
 
 use std::fmt::Write;
 
-use mokka::api::{DeviceState, RuntimeState, SGPURackProfile, Toggle};
+use mokka::api::{DeviceState, SGPURackProfile, Toggle};
 
-use super::runtime::{AssignedGpu, NodeAssignment};
+use crate::fleet_view::runtime::{AssignedGpu, NodeAssignment};
+pub use crate::fleet_view::runtime::{chassis_serial, device_state, gpu_celsius};
 
 /// What nvidia-smi prints for values of a GPU that fell off the bus.
 pub const LOST: &str = "GPU is lost";
-
-/// The rack's chassis serial: 13 decimal digits from its fabric UUID.
-pub fn chassis_serial(fabric_uuid: &str) -> String {
-    let digits: u64 = fabric_uuid
-        .chars()
-        .filter(char::is_ascii_hexdigit)
-        .take(15)
-        .fold(0u64, |value, c| {
-            value * 16 + u64::from(c.to_digit(16).unwrap_or(0))
-        });
-    format!("{:013}", digits % 10_000_000_000_000)
-}
 
 /// nvidia-smi's 8-hex-digit PCI domain: `0000:01:00.0` → `00000000:01:00.0`.
 pub fn smi_bus_id(pci_address: &str) -> String {
@@ -94,20 +83,6 @@ fn toggle(value: Option<Toggle>, default: &'static str) -> &'static str {
         Some(Toggle::Disabled) => "Disabled",
         None => default,
     }
-}
-
-/// The device state a runtime says (Healthy when it says nothing).
-pub fn device_state(runtime: &RuntimeState) -> DeviceState {
-    runtime.device_state.unwrap_or(DeviceState::Healthy)
-}
-
-/// The GPU temperature a runtime says, if any.
-pub fn gpu_celsius(runtime: &RuntimeState) -> Option<i32> {
-    runtime
-        .telemetry
-        .as_ref()
-        .and_then(|telemetry| telemetry.temperature.as_ref())
-        .and_then(|temperature| temperature.gpu_celsius)
 }
 
 /// The whole document for one Node. `timestamp` is nvidia-smi's own
@@ -275,7 +250,7 @@ fn fabric_guid(uuid: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mokka::api::{RuntimeTelemetry, TemperatureTelemetry};
+    use mokka::api::{RuntimeState, RuntimeTelemetry, TemperatureTelemetry};
 
     fn assignment(states: &[DeviceState]) -> NodeAssignment {
         NodeAssignment {

@@ -4,13 +4,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuid::collect::node_state::NodeKeys;
 
 use super::fleet;
-use super::state::{FleetState, is_assigned};
-use super::ui::view::FleetView;
+use crate::fleet_view::live::Live;
+use crate::fleet_view::model::{Delta, SlotRecord, Summary};
+use crate::fleet_view::state::{FleetState, is_assigned};
 
 /// One progress line.
 pub fn step(text: String) {
@@ -165,70 +167,68 @@ pub fn summary(state: &FleetState, kubeconfig: &Path, ui_url: &str, elapsed: Dur
     );
 }
 
-/// What the running sandbox reports when it changes: TFJob phases, GPU
-/// states, Nodes and bindings. Pure over two snapshots of the fleet view.
-pub fn changes(before: &FleetView, after: &FleetView) -> Vec<String> {
+/// What the running sandbox reports when it changes: Nodes and bindings,
+/// GPU states and TFJob phases. Pure over the counts before and one delta
+/// of the fleet view's model (which carries the slots and jobs as they
+/// were), so the report costs what the change costs.
+pub fn changes(before: &Summary, delta: &Delta) -> Vec<String> {
     let mut lines = Vec::new();
-    let bound = |view: &FleetView| {
-        view.racks
-            .iter()
-            .flat_map(|rack| &rack.slots)
-            .filter(|slot| slot.node.is_some())
-            .count()
-    };
-    if before.nodes != after.nodes || bound(before) != bound(after) {
-        lines.push(format!(
-            "Nodes {} → {}, bound to rack slots {} → {}",
-            before.nodes,
-            after.nodes,
-            bound(before),
-            bound(after)
-        ));
-    }
-    let gpu_states = |view: &FleetView| -> BTreeMap<String, (String, String)> {
-        view.racks
-            .iter()
-            .flat_map(|rack| {
-                rack.slots.iter().flat_map(move |slot| {
-                    slot.gpus.iter().map(move |gpu| {
-                        let place = format!(
-                            "{} rack {} slot {} GPU {} on {}",
-                            rack.group,
-                            rack.index,
-                            slot.index,
-                            gpu.index,
-                            slot.node.as_deref().unwrap_or("no Node")
-                        );
-                        (gpu.uuid.clone(), (gpu.state.to_string(), place))
-                    })
-                })
-            })
-            .collect()
-    };
-    let old_gpus = gpu_states(before);
-    for (uuid, (state, place)) in gpu_states(after) {
-        if let Some((old, _)) = old_gpus.get(&uuid)
-            && *old != state
-            && old != "unbound"
-            && state != "unbound"
-        {
-            lines.push(format!("GPU {uuid} ({place}): {old} → {state}"));
+    if let Some(after) = &delta.summary {
+        let bound = |s: &Summary| s.slots - s.empty_slots;
+        if before.nodes != after.nodes || bound(before) != bound(after) {
+            lines.push(format!(
+                "Nodes {} → {}, bound to rack slots {} → {}",
+                before.nodes,
+                after.nodes,
+                bound(before),
+                bound(after)
+            ));
         }
     }
-    let old_jobs: BTreeMap<(String, String), &str> = before
-        .tfjobs
+    let old_slots: BTreeMap<(&str, i32), &SlotRecord> = delta
+        .slots_before
+        .iter()
+        .map(|slot| ((slot.rack.as_str(), slot.index), slot))
+        .collect();
+    for slot in &delta.slots {
+        let Some(old) = old_slots.get(&(slot.rack.as_str(), slot.index)) else {
+            continue;
+        };
+        for gpu in &slot.gpus {
+            let Some(was) = old.gpus.iter().find(|g| g.uuid == gpu.uuid) else {
+                continue;
+            };
+            if was.state != gpu.state && was.state != "unbound" && gpu.state != "unbound" {
+                lines.push(format!(
+                    "GPU {} ({} slot {} GPU {} on {}): {} → {}",
+                    gpu.uuid,
+                    slot.rack,
+                    slot.index,
+                    gpu.index,
+                    slot.node.as_deref().unwrap_or("no Node"),
+                    was.state,
+                    gpu.state
+                ));
+            }
+        }
+    }
+    let old_jobs: BTreeMap<(&str, &str), &str> = delta
+        .jobs_before
         .iter()
         .map(|job| {
             (
-                (job.namespace.clone(), job.name.clone()),
+                (job.namespace.as_str(), job.name.as_str()),
                 job.phase.as_str(),
             )
         })
         .collect();
-    for job in &after.tfjobs {
-        let key = (job.namespace.clone(), job.name.clone());
-        if old_jobs.get(&key) != Some(&job.phase.as_str()) {
-            let nodes: BTreeSet<&str> = job.pods.values().map(|(node, _)| node.as_str()).collect();
+    for job in &delta.jobs {
+        if old_jobs.get(&(job.namespace.as_str(), job.name.as_str())) != Some(&job.phase.as_str()) {
+            let nodes: BTreeSet<&str> = job
+                .pods
+                .iter()
+                .filter_map(|pod| pod.node.as_deref())
+                .collect();
             lines.push(format!(
                 "TFJob {}/{}: {} ({} pods on {})",
                 job.namespace,
@@ -246,81 +246,101 @@ pub fn changes(before: &FleetView, after: &FleetView) -> Vec<String> {
     lines
 }
 
-/// Prints [`changes`] as they happen, until `stop`.
-pub async fn report_changes(state: FleetState, stop: tokio_util::sync::CancellationToken) {
-    let mut updates = state.subscribe();
-    let mut last = FleetView::of(&state);
+/// Prints [`changes`] as the fleet view's model moves, until `stop`.
+pub async fn report_changes(live: Arc<Live>, stop: tokio_util::sync::CancellationToken) {
+    let mut updates = live.subscribe();
+    let mut last = live.summary();
     loop {
-        tokio::select! {
+        let update = tokio::select! {
             () = stop.cancelled() => return,
-            changed = updates.changed() => if changed.is_err() { return },
+            update = updates.recv() => update,
+        };
+        match update {
+            Ok(update) => {
+                for line in changes(&last, &update.delta) {
+                    step(line);
+                }
+                if let Some(summary) = &update.delta.summary {
+                    last = summary.clone();
+                }
+            }
+            // Fell behind: start again from the current counts.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => last = live.summary(),
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         }
-        // Coalesce a burst (a TFJob's pods, a policy's GPUs) into one report.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = FleetView::of(&state);
-        for line in changes(&last, &now) {
-            step(line);
-        }
-        last = now;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::sandbox::ui::view::{GpuView, JobView, RackView, SlotView};
+    use crate::fleet_view::model::{GpuRecord, JobRecord, PodRecord};
 
-    fn view(state: &'static str, phase: &str, node: Option<&str>) -> FleetView {
-        FleetView {
-            racks: vec![RackView {
-                name: "r".into(),
-                group: "nvl72".into(),
-                index: 0,
-                chassis_serial: "1".into(),
-                slots: vec![SlotView {
-                    index: 2,
-                    node: node.map(Into::into),
-                    inventoried_at: None,
-                    gpus: vec![GpuView {
-                        index: 1,
-                        uuid: "GPU-a".into(),
-                        serial: "1".into(),
-                        state,
-                        celsius: None,
-                    }],
-                }],
+    fn slot(state: &'static str, node: Option<&str>) -> SlotRecord {
+        SlotRecord {
+            rack: "r".into(),
+            index: 2,
+            node: node.map(Into::into),
+            gpus: vec![GpuRecord {
+                index: 1,
+                uuid: "GPU-a".into(),
+                serial: "1".into(),
+                state,
+                celsius: None,
+                hot: false,
+                policies: Vec::new(),
             }],
-            nodes: 1,
-            gpus: 1,
-            tfjobs_watched: true,
-            tfjobs: vec![JobView {
-                namespace: "default".into(),
-                name: "j".into(),
-                phase: phase.into(),
-                pods: [(
-                    "j-worker-0".to_string(),
-                    ("n1".to_string(), "Running".to_string()),
-                )]
-                .into(),
+        }
+    }
+
+    fn job(phase: &str) -> JobRecord {
+        JobRecord {
+            namespace: "default".into(),
+            name: "j".into(),
+            phase: phase.into(),
+            pods: vec![PodRecord {
+                name: "j-worker-0".into(),
+                node: Some("n1".into()),
+                phase: "Running".into(),
             }],
         }
     }
 
     #[test]
     fn gpu_state_job_phase_and_binding_changes_are_reported_once_each() {
-        let before = view("healthy", "Created", Some("n1"));
-        let after = view("lost", "Running", Some("n1"));
+        let counts = Summary {
+            nodes: 1,
+            slots: 1,
+            ..Summary::default()
+        };
+        let delta = Delta {
+            slots: vec![slot("lost", Some("n1"))],
+            slots_before: vec![slot("healthy", Some("n1"))],
+            jobs: vec![job("Running")],
+            jobs_before: vec![job("Created")],
+            ..Delta::default()
+        };
         assert_eq!(
-            changes(&before, &after),
+            changes(&counts, &delta),
             vec![
-                "GPU GPU-a (nvl72 rack 0 slot 2 GPU 1 on n1): healthy → lost".to_string(),
+                "GPU GPU-a (r slot 2 GPU 1 on n1): healthy → lost".to_string(),
                 "TFJob default/j: Running (1 pods on n1)".to_string(),
             ]
         );
-        assert!(changes(&after, &after).is_empty());
-        let released = view("unbound", "Running", None);
+        assert!(changes(&counts, &Delta::default()).is_empty());
+        let released = Delta {
+            summary: Some(Summary {
+                nodes: 1,
+                slots: 1,
+                empty_slots: 1,
+                ..Summary::default()
+            }),
+            slots: vec![slot("unbound", None)],
+            slots_before: vec![slot("lost", Some("n1"))],
+            ..Delta::default()
+        };
         assert_eq!(
-            changes(&after, &released),
+            changes(&counts, &released),
             vec!["Nodes 1 → 1, bound to rack slots 1 → 0".to_string()]
         );
     }

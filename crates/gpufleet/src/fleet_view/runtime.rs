@@ -1,6 +1,9 @@
 //! A Node's Mokka assignment and each of its GPUs' effective runtime, as
 //! the device plugin reports them.
 //!
+//! Shared by the sandbox's device plugin (what nvidia-smi reports) and the
+//! fleet view (what the page shows), so the two never disagree.
+//!
 //! The one place the sandbox asks "what did Mokka assign to this Node and
 //! what runtime state does each GPU have". Issue #14 added the cached read
 //! API (`assignments_for_node` and `effective_runtime` on
@@ -12,7 +15,8 @@
 use std::collections::BTreeMap;
 
 use mokka::api::{
-    RuntimeState, SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy, TargetKind,
+    DeviceState, RuntimeState, SGPUInventory, SGPURack, SGPURackProfile, SGPURuntimePolicy,
+    TargetKind,
 };
 use mokka::policy::{Evaluation, EvaluationInput, GpuCoordinate};
 
@@ -142,4 +146,30 @@ pub fn node_assignment(
         profile_name: rack.spec.profile_ref.name.clone(),
         gpus,
     }))
+}
+
+/// The rack's chassis serial: 13 decimal digits from its fabric UUID.
+pub fn chassis_serial(fabric_uuid: &str) -> String {
+    let digits: u64 = fabric_uuid
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(15)
+        .fold(0u64, |value, c| {
+            value * 16 + u64::from(c.to_digit(16).unwrap_or(0))
+        });
+    format!("{:013}", digits % 10_000_000_000_000)
+}
+
+/// The device state a runtime says (Healthy when it says nothing).
+pub fn device_state(runtime: &RuntimeState) -> DeviceState {
+    runtime.device_state.unwrap_or(DeviceState::Healthy)
+}
+
+/// The GPU temperature a runtime says, if any.
+pub fn gpu_celsius(runtime: &RuntimeState) -> Option<i32> {
+    runtime
+        .telemetry
+        .as_ref()
+        .and_then(|telemetry| telemetry.temperature.as_ref())
+        .and_then(|temperature| temperature.gpu_celsius)
 }
