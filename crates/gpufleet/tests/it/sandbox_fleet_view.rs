@@ -399,12 +399,10 @@ fn event_stream_bytes(page: &mut browser::Page, events_request: &str) -> (usize,
     (decoded, wire)
 }
 
-// Not in the default suite: the 2,000-Node sandbox takes 80 to 140 s to
-// start on a busy 2-core machine (gpuid inventories every Node through
-// exec before the sandbox reports ready). Run it with
-// `cargo nextest run -p gpufleet --test it --run-ignored all -E 'test(/at_two_thousand/)'`.
+// The 2,000-Node sandbox takes 80 to 140 s to start on a busy 2-core
+// machine (gpuid inventories every Node through exec before the sandbox
+// reports ready); .config/nextest.toml gives it both cores and 10 minutes.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "2,000-Node sandbox, 80-140 s; see the comment above for the command"]
 async fn at_two_thousand_nodes_a_failed_gpu_costs_one_small_change_and_search_and_deep_links_work()
 {
     browser::chromium();
