@@ -272,17 +272,24 @@ pub fn pod_group(
     scheduler: GangScheduler,
     priority_classes: &BTreeMap<String, i32>,
 ) -> Value {
-    json!({
+    let mut group = json!({
         "apiVersion": scheduler.api_version(),
         "kind": "PodGroup",
         "metadata": {
             "name": job.metadata.name,
             "namespace": job.metadata.namespace,
-            "annotations": job.metadata.annotations.clone().unwrap_or_default(),
             "ownerReferences": [owner_reference(job)],
         },
         "spec": pod_group_spec(job, spec, scheduler, priority_classes),
-    })
+    });
+    // The job's annotations, if it has any: training-operator copies the
+    // job's map as it is, so a job without annotations gives a group
+    // without the field, not an empty map (the referee corpus's gang
+    // scenario).
+    if let Some(annotations) = job.metadata.annotations.as_ref() {
+        group["metadata"]["annotations"] = json!(annotations);
+    }
+    group
 }
 
 /// Whether two `minResources` maps ask for the same: the same resources,

@@ -613,17 +613,29 @@ impl Planner<'_> {
                 status.active = 0;
             }
         }
-        self.delete_pod_group();
+        if self.delete_pod_group() {
+            // training-operator's note before it deletes a finished job's
+            // group; it repeats it on every pass of the finished job, ours
+            // once, while the group is still there to delete.
+            self.events.push(PlannedEvent::normal(
+                "JobTerminated",
+                "Job has been terminated. Deleting PodGroup".to_string(),
+            ));
+        }
         self.ttl();
     }
 
-    /// A finished or suspended job holds no gang reservation.
-    fn delete_pod_group(&mut self) {
+    /// A finished or suspended job holds no gang reservation. Whether
+    /// there was a group to delete.
+    fn delete_pod_group(&mut self) -> bool {
         if let (Some(_), Some(group)) = (&self.config.gang, self.pod_group) {
             self.actions.push(ChildAction::DeletePodGroup {
                 name: self.name().to_string(),
                 uid: group.uid.clone(),
             });
+            true
+        } else {
+            false
         }
     }
 

@@ -6,6 +6,7 @@
 mod operator_admin;
 mod referee_corpus;
 mod referee_e2e;
+mod referee_process;
 mod support;
 mod tfjob_e2e;
 mod tfjob_faults;

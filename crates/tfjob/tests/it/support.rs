@@ -14,7 +14,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube_sim::lane::Lane;
 use serde_json::{Value, json};
-use tfjob::api::{JobStatus, TFJobObject};
+use tfjob::api::{JobStatus, PodGroupApi, PodGroupObject, TFJobObject};
 use tfjob::run::{Operator, OperatorConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -537,4 +537,56 @@ pub async fn pod_phase(cluster: &TestCluster, name: &str) -> Option<String> {
         .unwrap()
         .and_then(|p| p.status)
         .and_then(|s| s.phase)
+}
+
+/// The PodGroup CRD of API `A`, as far as the operator and the tests use it.
+pub async fn install_pod_group_crd<A: PodGroupApi>(cluster: &TestCluster) {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("podgroups.{}", A::GROUP)},
+        "spec": {
+            "group": A::GROUP,
+            "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup", "listKind": "PodGroupList"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": A::VERSION, "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                }}},
+            }],
+        },
+    }))
+    .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("the PodGroup CRD is refused: {error}"),
+    }
+    let groups: Api<PodGroupObject<A>> = Api::all(cluster.client.clone());
+    eventually("podgroups are served", || async {
+        groups.list(&Default::default()).await.is_ok()
+    })
+    .await;
+}
+
+/// Binds pod `name` to the test Node, as a gang scheduler would.
+pub async fn bind(cluster: &TestCluster, name: &str) {
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME},
+    });
+    pods(cluster)
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .unwrap_or_else(|error| panic!("binding {name}: {error}"));
 }

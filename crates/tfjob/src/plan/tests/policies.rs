@@ -1039,3 +1039,57 @@ fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
     let plugins = run_gang_with(&job, "scheduler-plugins-scheduler", Some(&pending), at(600));
     assert!(!true_conditions(&plugins.status).contains(&"Failed"));
 }
+
+#[test]
+fn a_finished_job_deleting_its_pod_group_says_so_once_as_training_operator_does() {
+    let mut base = dist_mnist();
+    base.spec.run_policy = Some(RunPolicy {
+        scheduling_policy: Some(crate::api::SchedulingPolicy {
+            schedule_timeout_seconds: Some(60),
+            ..Default::default()
+        }),
+        ..RunPolicy::default()
+    });
+    let job = after_first_pass(&base);
+    let pending = observed_group(&job, "volcano", "Pending");
+    let terminated = |plan: &Plan| {
+        plan.events
+            .iter()
+            .filter(|e| e.reason == "JobTerminated")
+            .map(|e| e.message.clone())
+            .collect::<Vec<_>>()
+    };
+    // The job fails for its group's timeout, and the group goes with the
+    // note training-operator writes before deleting it.
+    let late = run_gang(&job, Some(&pending), at(60));
+    assert_eq!(
+        terminated(&late),
+        ["Job has been terminated. Deleting PodGroup"]
+    );
+    // Once the group is gone, later passes of the finished job say nothing
+    // more (training-operator repeats it on every pass).
+    let finished = next(&job, &late);
+    let later = run_gang(&finished, None, at(90));
+    assert!(terminated(&later).is_empty());
+    // A job still running deletes no group and says nothing of it.
+    let waiting = run_gang(&job, Some(&pending), at(30));
+    assert!(terminated(&waiting).is_empty());
+}
+
+#[test]
+fn a_pod_group_carries_the_jobs_annotations_and_no_empty_map_without_them() {
+    let job = after_first_pass(&dist_mnist());
+    let bare = run_gang_with(&job, "scheduler-plugins", None, now());
+    let group = pod_groups_created(&bare)[0];
+    assert!(
+        group["metadata"].get("annotations").is_none(),
+        "training-operator leaves the field out: {group}"
+    );
+    let mut annotated = job.clone();
+    annotated.metadata.annotations = Some([("team".to_string(), "vision".to_string())].into());
+    let plan = run_gang_with(&annotated, "scheduler-plugins", None, now());
+    assert_eq!(
+        pod_groups_created(&plan)[0]["metadata"]["annotations"],
+        serde_json::json!({"team": "vision"})
+    );
+}

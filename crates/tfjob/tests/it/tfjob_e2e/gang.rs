@@ -5,64 +5,11 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tfjob::api::{PodGroupApi, PodGroupObject, SchedulerPlugins};
+use tfjob::api::{PodGroupObject, SchedulerPlugins};
 
 use crate::support::*;
-
-/// The PodGroup CRD of API `A`, as far as the operator and the tests use it.
-async fn install_pod_group_crd<A: PodGroupApi>(cluster: &TestCluster) {
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("podgroups.{}", A::GROUP)},
-        "spec": {
-            "group": A::GROUP,
-            "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup", "listKind": "PodGroupList"},
-            "scope": "Namespaced",
-            "versions": [{
-                "name": A::VERSION, "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                }}},
-            }],
-        },
-    }))
-    .unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(error) => panic!("the PodGroup CRD is refused: {error}"),
-    }
-    let groups: Api<PodGroupObject<A>> = Api::all(cluster.client.clone());
-    eventually("podgroups are served", || async {
-        groups.list(&Default::default()).await.is_ok()
-    })
-    .await;
-}
-
-/// Binds pod `name` to the test Node, as a gang scheduler would.
-async fn bind(cluster: &TestCluster, name: &str) {
-    let binding = json!({
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": name},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "tfjob-node-1"},
-    });
-    pods(cluster)
-        .create_subresource::<_, serde_json::Value>(
-            "binding",
-            name,
-            &PostParams::default(),
-            &binding,
-        )
-        .await
-        .unwrap_or_else(|error| panic!("binding {name}: {error}"));
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_job_waits_for_admission_and_then_starts_all_its_pods_together() {
