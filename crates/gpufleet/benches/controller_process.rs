@@ -16,6 +16,13 @@
 //!   (default 20); the end is every job Succeeded. `--qps Q --burst B`
 //!   set the operator's client limits (upstream's defaults are QPS 20,
 //!   burst 30); without them it runs without client-side limits.
+//! * `tfjob-referee`: the same workload through Kubeflow training-operator
+//!   v1.9.3 (the referee, docs/tfjob-referee.md; started as the referee
+//!   test starts it, from `crates/tfjob/tests/it/referee_process.rs`) and
+//!   through ours, each leg on a fresh `sim serve`: the referee at its
+//!   defaults (QPS 20, burst 30, the same as `--qps 20 --burst 30`), ours
+//!   at the referee's limits, ours at its own default (no client limit).
+//!   Reports the medians of each leg and ours / theirs.
 //! * `mokka`: `--nodes` eligible Nodes (default 1,000) present before the
 //!   inventory (one group of racks of 100 Nodes x 1 GPU, upstream's KWOK
 //!   profile); the end is every Node carrying its assignment.
@@ -47,6 +54,12 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use tfjob::api::TFJobObject;
 
+// Shared with the referee test, so the bench starts training-operator as
+// that test does; the test's own constants are not all used here.
+#[allow(dead_code)]
+#[path = "../../tfjob/tests/it/referee_process.rs"]
+mod referee_process;
+
 const WORK_NAMESPACE: &str = "bench";
 const CONTROLLER_NAMESPACE: &str = "bench-controller";
 const CONTROLLER_ACCOUNT: &str = "controller";
@@ -54,8 +67,11 @@ const CONTROLLER_ACCOUNT: &str = "controller";
 const NODES: usize = 20;
 const PODS_PER_NODE: usize = 250;
 
+#[derive(Clone)]
 struct Args {
     workload: String,
+    /// TFJob only: run training-operator instead of ours.
+    referee: bool,
     jobs: usize,
     nodes: usize,
     gap_ms: u64,
@@ -65,11 +81,12 @@ struct Args {
     limit: Option<(f64, u32)>,
 }
 
-const WORKLOADS: [&str; 4] = ["tfjob", "mokka", "mokka-trickle", "gpuid"];
+const WORKLOADS: [&str; 5] = ["tfjob", "tfjob-referee", "mokka", "mokka-trickle", "gpuid"];
 
 fn parse_args() -> Args {
     let mut args = Args {
         workload: String::new(),
+        referee: false,
         jobs: 100,
         nodes: 1000,
         gap_ms: 5,
@@ -371,6 +388,8 @@ fn succeeded(job: &TFJobObject) -> bool {
 
 struct RunResult {
     seconds: f64,
+    /// TFJob: from the first create until every pod has been Running.
+    running_seconds: Option<f64>,
     cpu_seconds: f64,
     peak_rss_mib: f64,
     /// (verb, resource) → requests per unit of work.
@@ -409,8 +428,10 @@ async fn prepare_tfjob(admin: &kube::Client) {
     }
 }
 
-/// Creates the jobs and waits until every one Succeeded.
-async fn drive_tfjob(args: &Args, admin: &kube::Client, controller: &mut Process) {
+/// Creates the jobs and waits until every one Succeeded; returns the
+/// seconds from the first create until every pod had been Running.
+async fn drive_tfjob(args: &Args, admin: &kube::Client, controller: &mut Process) -> f64 {
+    let started = Instant::now();
     let jobs: Api<TFJobObject> = Api::namespaced(admin.clone(), WORK_NAMESPACE);
     for i in 0..args.jobs {
         jobs.create(
@@ -425,11 +446,38 @@ async fn drive_tfjob(args: &Args, admin: &kube::Client, controller: &mut Process
         .expect("TFJob create");
     }
     let limit = Duration::from_secs(600 + 2 * args.run_seconds);
+    // Chief and Workers exit after --run-seconds, possibly before the last
+    // pod starts at a low QPS, so "all Running" is every pod having been
+    // seen Running (or past it) once, remembered by UID.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), WORK_NAMESPACE);
+    let all_pods = args.jobs * 11;
+    let seen = parking_lot::Mutex::new(std::collections::HashSet::new());
+    let running_at = parking_lot::Mutex::new(None::<f64>);
     wait_until("every job Succeeded", limit, controller, || async {
+        if running_at.lock().is_none() {
+            let list = pods.list(&ListParams::default()).await.expect("pod list");
+            let mut seen = seen.lock();
+            for pod in list.items {
+                let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+                if matches!(phase.as_str(), "Running" | "Succeeded" | "Failed")
+                    && let Some(uid) = pod.metadata.uid
+                {
+                    seen.insert(uid);
+                }
+            }
+            if seen.len() >= all_pods {
+                *running_at.lock() = Some(started.elapsed().as_secs_f64());
+            }
+        }
         let list = jobs.list(&ListParams::default()).await.expect("TFJob list");
         list.items.iter().filter(|job| succeeded(job)).count() == args.jobs
     })
     .await;
+    // Succeeded needs every Chief pod to have run, so a poll that missed
+    // the last start is bounded by the end.
+    running_at
+        .into_inner()
+        .unwrap_or_else(|| started.elapsed().as_secs_f64())
 }
 
 // --- the Mokka workloads -------------------------------------------------------------
@@ -775,7 +823,37 @@ async fn run(args: &Args, dir: &Path) -> RunResult {
     let (_sim, admin_kubeconfig) = start_sim(dir, &sim_args);
     let admin = client_from(&admin_kubeconfig).await;
     let kubeconfig = controller_kubeconfig(&admin, &admin_kubeconfig).await;
+    let log = dir.join("controller.log");
+    let mut referee = None;
     let units = match args.workload.as_str() {
+        "tfjob" if args.referee => {
+            // Its own CRD (upstream's, from the manifests) and webhook;
+            // its requests go under the controller's token.
+            let mut extra_args = Vec::new();
+            if let Some((qps, burst)) = args.limit {
+                extra_args.push(format!("--kube-api-qps={qps}"));
+                extra_args.push(format!("--kube-api-burst={burst}"));
+            }
+            let child = referee_process::start_referee(referee_process::RefereeStart {
+                admin: admin.clone(),
+                admin_kubeconfig: &admin_kubeconfig,
+                operator_kubeconfig: &kubeconfig,
+                log: &log,
+                extra_args,
+            })
+            .await;
+            referee = Some(Process {
+                child,
+                name: "training-operator",
+                log: log.clone(),
+            });
+            prepare_nodes(&admin).await;
+            let jobs: Api<TFJobObject> = Api::namespaced(admin.clone(), WORK_NAMESPACE);
+            while jobs.list(&ListParams::default()).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            args.jobs
+        }
         "tfjob" => {
             prepare_tfjob(&admin).await;
             args.jobs
@@ -796,20 +874,25 @@ async fn run(args: &Args, dir: &Path) -> RunResult {
             args.nodes
         }
     };
-    let (name, mut command) = controller_command(args, &kubeconfig);
-    let log = dir.join("controller.log");
-    let stdout = if args.workload == "gpuid" {
-        Stdio::piped()
-    } else {
-        Stdio::null()
+    let mut controller = match referee {
+        Some(referee) => referee,
+        None => {
+            let (name, mut command) = controller_command(args, &kubeconfig);
+            let stdout = if args.workload == "gpuid" {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            };
+            Process::spawn_with_stdout(name, &mut command, &log, stdout)
+        }
     };
-    let mut controller = Process::spawn_with_stdout(name, &mut command, &log, stdout);
-    eprintln!("{name} started; its log: {}", log.display());
+    eprintln!("{} started; its log: {}", controller.name, log.display());
 
+    let mut running_seconds = None;
     let started = match args.workload.as_str() {
         "tfjob" => {
             let started = Instant::now();
-            drive_tfjob(args, &admin, &mut controller).await;
+            running_seconds = Some(drive_tfjob(args, &admin, &mut controller).await);
             started
         }
         "mokka" => {
@@ -847,6 +930,7 @@ async fn run(args: &Args, dir: &Path) -> RunResult {
         .collect();
     RunResult {
         seconds,
+        running_seconds,
         cpu_seconds,
         peak_rss_mib,
         per_unit,
@@ -869,6 +953,64 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// One controller configuration of a run: a label and the arguments.
+struct Leg {
+    label: String,
+    args: Args,
+}
+
+/// `tfjob-referee`: training-operator at its defaults, ours at the same
+/// limits, ours at its own default; otherwise the one leg asked for.
+fn legs(args: &Args) -> Vec<Leg> {
+    if args.workload != "tfjob-referee" {
+        let limit = args.limit.map_or(
+            "the controller's default client limits".to_string(),
+            |(q, b)| format!("QPS {q} / burst {b}"),
+        );
+        return vec![Leg {
+            label: limit,
+            args: args.clone(),
+        }];
+    }
+    // training-operator v1.9.3's own defaults (`--help`): QPS 20, burst 30.
+    let same = args.limit.unwrap_or((20.0, 30));
+    let tfjob = |referee: bool, limit: Option<(f64, u32)>| Args {
+        workload: "tfjob".to_string(),
+        referee,
+        limit,
+        ..args.clone()
+    };
+    vec![
+        Leg {
+            label: match args.limit {
+                None => "training-operator, its defaults (QPS 20 / burst 30)".to_string(),
+                Some((q, b)) => format!("training-operator, QPS {q} / burst {b}"),
+            },
+            args: tfjob(true, args.limit),
+        },
+        Leg {
+            label: format!("ours, QPS {} / burst {}", same.0, same.1),
+            args: tfjob(false, Some(same)),
+        },
+        Leg {
+            label: "ours, its default (no client limit)".to_string(),
+            args: tfjob(false, None),
+        },
+    ]
+}
+
+fn median_row(results: &[RunResult]) -> [f64; 6] {
+    let of = |f: &dyn Fn(&RunResult) -> f64| median(results.iter().map(f).collect());
+    [
+        of(&|r| r.running_seconds.unwrap_or(f64::NAN)),
+        of(&|r| r.seconds),
+        of(&|r| r.cpu_seconds),
+        of(&|r| r.peak_rss_mib),
+        of(&RunResult::writes_per_unit),
+        of(&RunResult::event_writes_per_unit),
+    ]
+}
+
 fn main() {
     let args = parse_args();
     if args.workload.is_empty() {
@@ -883,14 +1025,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    // Without --qps each controller keeps its own default: none for the
-    // TFJob operator, upstream's QPS 50 / burst 100 for Mokka and gpuid.
-    let limit = args.limit.map_or(
-        "the controller's default client limits".to_string(),
-        |(q, b)| format!("QPS {q} / burst {b}"),
-    );
     let (what, unit) = match args.workload.as_str() {
-        "tfjob" => (
+        "tfjob" | "tfjob-referee" => (
             format!("{} TFJobs of 1 Chief + 2 PS + 8 Workers", args.jobs),
             "job",
         ),
@@ -913,44 +1049,76 @@ fn main() {
             "Node",
         ),
     };
-    println!("{}: {what}, {limit}, {} runs", args.workload, args.runs);
+    // Without --qps each controller keeps its own default: none for the
+    // TFJob operator, upstream's QPS 50 / burst 100 for Mokka and gpuid.
+    let legs = legs(&args);
+    println!("{}: {what}, {} runs", args.workload, args.runs);
     println!(
-        "| run | end state | controller CPU | controller peak RSS | API writes per {unit} (Events) | load before / after |"
+        "| controller | run | all pods Running | end state | controller CPU | controller peak RSS | API writes per {unit} (Events) | UTC start | load before / after |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut results: Vec<Vec<RunResult>> = legs.iter().map(|_| Vec::new()).collect();
+    // The legs take turns within a run number, so each sees the same load
+    // from other work on the machine as nearly as can be.
+    for run_number in 1..=args.runs {
+        for (leg, results) in legs.iter().zip(&mut results) {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let before = load();
+            let at = jiff::Timestamp::now().strftime("%H:%M:%S").to_string();
+            let result = runtime.block_on(run(&leg.args, dir.path()));
+            println!(
+                "| {} | {run_number} | {} | {:.1} s | {:.2} s | {:.1} MiB | {:.3} ({:.3}) | {at} | {before} / {} |",
+                leg.label,
+                result
+                    .running_seconds
+                    .map_or("-".to_string(), |s| format!("{s:.1} s")),
+                result.seconds,
+                result.cpu_seconds,
+                result.peak_rss_mib,
+                result.writes_per_unit(),
+                result.event_writes_per_unit(),
+                load()
+            );
+            results.push(result);
+        }
+    }
+    let medians: Vec<[f64; 6]> = results.iter().map(|r| median_row(r)).collect();
+    println!(
+        "\n| controller | all pods Running | end state | CPU | peak RSS | API writes per {unit} (Events) |"
     );
     println!("|---|---|---|---|---|---|");
-    let mut results = Vec::new();
-    for run_number in 1..=args.runs {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let before = load();
-        let result = runtime.block_on(run(&args, dir.path()));
+    for (leg, m) in legs.iter().zip(&medians) {
         println!(
-            "| {run_number} | {:.1} s | {:.2} s | {:.1} MiB | {:.3} ({:.3}) | {before} / {} |",
-            result.seconds,
-            result.cpu_seconds,
-            result.peak_rss_mib,
-            result.writes_per_unit(),
-            result.event_writes_per_unit(),
-            load()
+            "| **median** {} | {:.1} s | {:.1} s | {:.2} s | {:.1} MiB | {:.3} ({:.3}) |",
+            leg.label, m[0], m[1], m[2], m[3], m[4], m[5]
         );
-        results.push(result);
     }
-    println!(
-        "| **median** | {:.1} s | {:.2} s | {:.1} MiB | {:.3} ({:.3}) | |",
-        median(results.iter().map(|r| r.seconds).collect()),
-        median(results.iter().map(|r| r.cpu_seconds).collect()),
-        median(results.iter().map(|r| r.peak_rss_mib).collect()),
-        median(results.iter().map(RunResult::writes_per_unit).collect()),
-        median(
-            results
-                .iter()
-                .map(RunResult::event_writes_per_unit)
-                .collect()
-        ),
-    );
-    if let Some(last) = results.last() {
-        println!("\nrequests per {unit} in the last run, by verb and resource:");
-        for ((verb, resource), n) in &last.per_unit {
-            println!("  {verb:>16} {resource:<28} {n:.3}");
+    if args.workload == "tfjob-referee" {
+        // Ours over theirs: below 1 is ours doing less.
+        for (leg, m) in legs.iter().zip(&medians).skip(1) {
+            let theirs = &medians[0];
+            let ratio = |i: usize| m[i] / theirs[i];
+            println!(
+                "| ratio {} / training-operator | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x ({:.2}x) |",
+                leg.label,
+                ratio(0),
+                ratio(1),
+                ratio(2),
+                ratio(3),
+                ratio(4),
+                ratio(5)
+            );
+        }
+    }
+    for (leg, results) in legs.iter().zip(&results) {
+        if let Some(last) = results.last() {
+            println!(
+                "\n{}: requests per {unit} in the last run, by verb and resource:",
+                leg.label
+            );
+            for ((verb, resource), n) in &last.per_unit {
+                println!("  {verb:>16} {resource:<28} {n:.3}");
+            }
         }
     }
 }

@@ -17,8 +17,10 @@
 //!   DevTools' `Performance.getMetrics` TaskDuration over the same window
 //!   (all main-thread tasks, keep-alives included);
 //! * tab memory: the renderer processes' RSS and PSS (`/proc`, Chromium's
-//!   `--type=renderer` children), before and after the page is opened,
-//!   and the page's JS heap (`JSHeapUsedSize`); the snapshot's size;
+//!   `--type=renderer` children), before and after the page is opened;
+//!   the tab's own renderer among them, found at the end of the run as the
+//!   one process that exits when DevTools crashes the page (`Page.crash`);
+//!   the page's JS heap (`JSHeapUsedSize`); the snapshot's size;
 //! * idle sandbox CPU: the sandbox's utime + stime over 30 s with the page
 //!   open and nothing changing, as a share of one core.
 //!
@@ -51,6 +53,8 @@ struct Run {
     change_task_ms: f64,
     renderer_rss_mib: f64,
     renderer_pss_mib: f64,
+    tab_rss_mib: f64,
+    tab_pss_mib: f64,
     snapshot_wire_bytes: u64,
     snapshot_bytes: u64,
     js_heap_mib: f64,
@@ -91,14 +95,21 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// RSS and PSS (KiB) of every Chromium renderer process below `browser`
-/// (one tab: one renderer, plus any spare one Chromium keeps), each
-/// printed. PSS shares pages mapped by several processes among them.
-fn renderer_memory_kib(browser: u32) -> (u64, u64) {
-    let mut total = 0;
-    let mut total_pss = 0;
+/// RSS and PSS (KiB) of one Chromium renderer process.
+#[derive(Clone, Copy, Debug)]
+struct RendererMemory {
+    pid: u32,
+    rss_kib: u64,
+    pss_kib: u64,
+}
+
+/// Every Chromium renderer process below `browser` (the tab's, plus any
+/// spare or helper renderer Chromium keeps), each printed. PSS shares
+/// pages mapped by several processes among them.
+fn renderers(browser: u32) -> Vec<RendererMemory> {
+    let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return (0, 0);
+        return found;
     };
     for entry in entries.flatten() {
         let Some(pid) = entry
@@ -124,15 +135,55 @@ fn renderer_memory_kib(browser: u32) -> (u64, u64) {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        let rss = field(&status, "VmRSS:");
+        let rss_kib = field(&status, "VmRSS:");
         let rollup =
             std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-        let pss = field(&rollup, "Pss:");
-        eprintln!("  renderer {pid}: RSS {rss} KiB, PSS {pss} KiB");
-        total += rss;
-        total_pss += pss;
+        let pss_kib = field(&rollup, "Pss:");
+        eprintln!("  renderer {pid}: RSS {rss_kib} KiB, PSS {pss_kib} KiB");
+        found.push(RendererMemory {
+            pid,
+            rss_kib,
+            pss_kib,
+        });
     }
-    (total, total_pss)
+    found
+}
+
+/// RSS and PSS (KiB) summed over every renderer below `browser`.
+fn renderer_memory_kib(browser: u32) -> (u64, u64) {
+    renderers(browser)
+        .iter()
+        .fold((0, 0), |(rss, pss), r| (rss + r.rss_kib, pss + r.pss_kib))
+}
+
+/// Which of `measured` is the tab's own renderer. Chromium's process list
+/// does not say which renderer hosts which page, so the bench asks
+/// DevTools to crash the page's renderer (`Page.crash`) and takes the one
+/// process that exits. Call it last: the page is gone afterwards.
+async fn tab_renderer(
+    page: &mut browser::Page,
+    browser: u32,
+    measured: &[RendererMemory],
+) -> Option<RendererMemory> {
+    page.send_without_answer("Page.crash", json!({})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let alive: Vec<u32> = renderers(browser).iter().map(|r| r.pid).collect();
+        let gone: Vec<&RendererMemory> = measured
+            .iter()
+            .filter(|r| !alive.contains(&r.pid))
+            .collect();
+        if let [one] = gone.as_slice() {
+            eprintln!(
+                "  the tab's renderer is {}: RSS {} KiB, PSS {} KiB",
+                one.pid, one.rss_kib, one.pss_kib
+            );
+            return Some(**one);
+        }
+    }
+    eprintln!("  Page.crash: no single renderer exited within 10 s; the tab's renderer is unknown");
+    None
 }
 
 fn ancestors(mut pid: u32) -> Vec<u32> {
@@ -348,7 +399,12 @@ async fn one_run(nodes: usize, run: usize) -> Run {
         .await;
     let task_after = metric(&mut page, "TaskDuration").await;
     let js_heap = metric(&mut page, "JSHeapUsedSize").await;
-    let (renderer_rss, renderer_pss) = renderer_memory_kib(browser_process.child.id());
+    let after_change = renderers(browser_process.child.id());
+    let (renderer_rss, renderer_pss) = after_change
+        .iter()
+        .fold((0, 0), |(rss, pss), r| (rss + r.rss_kib, pss + r.pss_kib));
+    let tab = tab_renderer(&mut page, browser_process.child.id(), &after_change).await;
+    let mib = |kib: Option<u64>| kib.map_or(f64::NAN, |k| k as f64 / 1024.0);
 
     let result = Run {
         first_render_ms: first_render,
@@ -359,13 +415,15 @@ async fn one_run(nodes: usize, run: usize) -> Run {
         change_task_ms: (task_after - task_before) * 1000.0,
         renderer_rss_mib: renderer_rss as f64 / 1024.0,
         renderer_pss_mib: renderer_pss as f64 / 1024.0,
+        tab_rss_mib: mib(tab.map(|t| t.rss_kib)),
+        tab_pss_mib: mib(tab.map(|t| t.pss_kib)),
         snapshot_wire_bytes,
         snapshot_bytes,
         js_heap_mib: js_heap / 1024.0 / 1024.0,
         idle_cpu_percent,
     };
     eprintln!(
-        "run {run}: snapshot {} bytes, {} on the wire; first render {:.0} ms; one change {} bytes decoded, {} on the wire, {:.1} ms page work, {:.1} ms main-thread tasks; renderer RSS {:.0} MiB (PSS {:.0} MiB), JS heap {:.1} MiB; idle sandbox {:.1} % of a core",
+        "run {run}: snapshot {} bytes, {} on the wire; first render {:.0} ms; one change {} bytes decoded, {} on the wire, {:.1} ms page work, {:.1} ms main-thread tasks; renderer RSS {:.0} MiB (PSS {:.0} MiB), of which the tab's renderer {:.0} MiB RSS ({:.0} MiB PSS); JS heap {:.1} MiB; idle sandbox {:.1} % of a core",
         result.snapshot_bytes,
         result.snapshot_wire_bytes,
         result.first_render_ms,
@@ -375,6 +433,8 @@ async fn one_run(nodes: usize, run: usize) -> Run {
         result.change_task_ms,
         result.renderer_rss_mib,
         result.renderer_pss_mib,
+        result.tab_rss_mib,
+        result.tab_pss_mib,
         result.js_heap_mib,
         result.idle_cpu_percent
     );
@@ -414,13 +474,19 @@ async fn open_only(url: &str) {
         .evaluate("document.getElementById('count-nodes').textContent")
         .await;
     let js_heap = metric(&mut page, "JSHeapUsedSize").await;
-    let (rss, pss) = renderer_memory_kib(browser_process.child.id());
+    let measured = renderers(browser_process.child.id());
+    let (rss, pss) = measured
+        .iter()
+        .fold((0, 0), |(rss, pss), r| (rss + r.rss_kib, pss + r.pss_kib));
+    let tab = tab_renderer(&mut page, browser_process.child.id(), &measured).await;
     println!(
-        "{url}: {nodes} Nodes; first useful render {first_render} ms; renderers {} MiB RSS / {} MiB PSS ({} / {} before the page); JS heap {:.1} MiB; load average {}",
+        "{url}: {nodes} Nodes; first useful render {first_render} ms; renderers {} MiB RSS / {} MiB PSS ({} / {} before the page), the tab's renderer {} MiB RSS / {} MiB PSS; JS heap {:.1} MiB; load average {}",
         rss / 1024,
         pss / 1024,
         blank_rss / 1024,
         blank_pss / 1024,
+        tab.map_or("unknown".to_string(), |t| (t.rss_kib / 1024).to_string()),
+        tab.map_or("unknown".to_string(), |t| (t.pss_kib / 1024).to_string()),
         js_heap / 1024.0 / 1024.0,
         loadavg()
     );
@@ -452,7 +518,7 @@ async fn main() {
     }
     let m = |f: fn(&Run) -> f64| median(all.iter().map(f).collect());
     println!(
-        "median of {runs} at {nodes} Nodes: snapshot {:.0} bytes, {:.0} on the wire; first useful render {:.0} ms; one change {:.0} bytes decoded, {:.0} bytes on the wire, {:.1} ms page work, {:.1} ms main-thread tasks; renderer RSS {:.0} MiB (PSS {:.0} MiB), JS heap {:.1} MiB; idle sandbox {:.1} % of one core; load average after: {}",
+        "median of {runs} at {nodes} Nodes: snapshot {:.0} bytes, {:.0} on the wire; first useful render {:.0} ms; one change {:.0} bytes decoded, {:.0} bytes on the wire, {:.1} ms page work, {:.1} ms main-thread tasks; renderer RSS {:.0} MiB (PSS {:.0} MiB), the tab's renderer {:.0} MiB RSS ({:.0} MiB PSS); JS heap {:.1} MiB; idle sandbox {:.1} % of one core; load average after: {}",
         m(|r| r.snapshot_bytes as f64),
         m(|r| r.snapshot_wire_bytes as f64),
         m(|r| r.first_render_ms),
@@ -462,6 +528,8 @@ async fn main() {
         m(|r| r.change_task_ms),
         m(|r| r.renderer_rss_mib),
         m(|r| r.renderer_pss_mib),
+        m(|r| r.tab_rss_mib),
+        m(|r| r.tab_pss_mib),
         m(|r| r.js_heap_mib),
         m(|r| r.idle_cpu_percent),
         loadavg()

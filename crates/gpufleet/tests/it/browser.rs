@@ -208,6 +208,19 @@ impl Page {
         }
     }
 
+    /// Sends `method` and does not wait for an answer: for a command such as
+    /// `Page.crash`, after which the page's session has nobody to answer.
+    /// Only the fleet-view bench (which includes this file) crashes a page.
+    #[allow(dead_code)]
+    pub async fn send_without_answer(&mut self, method: &str, params: Value) {
+        self.next_id += 1;
+        let request = json!({"id": self.next_id, "method": method, "params": params});
+        self.socket
+            .send(Message::text(request.to_string()))
+            .await
+            .expect("DevTools request sent");
+    }
+
     /// The events named `method` received so far, removed from the buffer.
     pub fn take_events(&mut self, method: &str) -> Vec<Value> {
         let (taken, kept) = std::mem::take(&mut self.events)
