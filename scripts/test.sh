@@ -8,7 +8,7 @@ root=$(pwd)
 # `--real`: the real-cluster lane instead of the default suite. It starts
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK
 # (scripts/real-cluster.sh, built once into a cache), runs the end-to-end
-# modules (test names matching `_e2e::`) against them with
+# modules (test names matching `_e2e::`) and the referee corpus against them with
 # GPUFLEET_TEST_CLUSTER=real, one test at a time (they share the cluster),
 # and stops the lane afterwards. Further arguments go to nextest.
 # `--prepare`: install the outside clients and cargo-nextest and compile
@@ -204,7 +204,9 @@ if [ "$lane" = real ]; then
   scripts/real-cluster.sh up
   eval "$(scripts/real-cluster.sh env)"
   export GPUFLEET_TEST_CLUSTER=real
-  cargo nextest run --workspace --no-fail-fast --test-threads 1 -E 'test(/_e2e::/)' "$@" || status=$?
+  # The end-to-end modules, and the referee corpus (issue #28: both
+  # operators replayed on the real lane too).
+  cargo nextest run --workspace --no-fail-fast --test-threads 1 -E 'test(/_e2e::/) | test(referee_corpus)' "$@" || status=$?
 else
   cargo nextest run --workspace --no-fail-fast "$@" || status=$?
 fi

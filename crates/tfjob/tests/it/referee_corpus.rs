@@ -15,9 +15,11 @@
 //! printed to stdout (`cargo test -p tfjob --test it referee_corpus --
 //! --nocapture`) and kept in docs/tfjob-referee.md.
 //!
-//! kube-sim lane only: the referee's certificate directory is fixed, so
-//! one referee runs at a time, and the real lane's shared cluster would
-//! make each run depend on the ones before.
+//! Both lanes. On kube-sim each run has a server of its own; on the real
+//! lane every run has a namespace of its own in the shared cluster, and
+//! after each referee run its webhook configuration goes and our CRD
+//! comes back ([`forget_referee`]). The referee's certificate directory is
+//! fixed, so one referee runs at a time on a machine.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,7 +30,7 @@ use serde_json::{Value, json};
 
 use tfjob::api::{PodGroupObject, SchedulerPlugins};
 
-use crate::referee_e2e::{start_referee, start_referee_with};
+use crate::referee_e2e::{forget_referee, start_referee, start_referee_with};
 use crate::support::{
     TestCluster, bind, install_pod_group_crd, replica, replica_with, start_operator,
     start_operator_with, test_cluster,
@@ -544,7 +546,10 @@ async fn run(scenario: &Scenario, operator: Operator) -> Value {
     if let Some(ours) = ours {
         ours.stop().await;
     }
-    drop(referee);
+    if let Some(referee) = referee {
+        drop(referee);
+        forget_referee(&cluster).await;
+    }
     left
 }
 
@@ -851,9 +856,6 @@ fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scenario_corpus_through_both_operators_agrees_or_differs_for_a_listed_reason() {
-    if kube_sim::lane::Lane::from_env().unwrap().is_real() {
-        return; // kube-sim lane only (see the module's comment); not an e2e module
-    }
     // GPUFLEET_CORPUS_ONLY=<text> replays only the scenarios whose name
     // contains it (to look at one while changing it).
     let only = std::env::var("GPUFLEET_CORPUS_ONLY").unwrap_or_default();

@@ -173,19 +173,37 @@ async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rota
     );
 
     drop(referee);
-    if cluster.kube_sim().is_none() {
-        // The real lane is shared: a webhook configuration whose server is
-        // gone would refuse every later TFJob, and the other tests expect
-        // our CRD (generated from the Rust types) rather than upstream's.
-        let _ = configurations
-            .delete(WEBHOOK_CONFIGURATION, &DeleteParams::default())
-            .await;
-        let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-        let current = crds.get("tfjobs.kubeflow.org").await.unwrap();
-        let mut ours = tfjob::api::crd();
-        ours.metadata.resource_version = current.metadata.resource_version;
-        crds.replace("tfjobs.kubeflow.org", &PostParams::default(), &ours)
-            .await
-            .unwrap_or_else(|e| panic!("restoring our TFJob CRD after the referee: {e}"));
+    forget_referee(&cluster).await;
+}
+
+/// After a referee has stopped, on the real lane: that cluster is shared,
+/// so a webhook configuration whose server is gone would refuse every
+/// later TFJob, and the other tests expect our CRD (generated from the
+/// Rust types) rather than upstream's. kube-sim is the test's own: nothing
+/// to do.
+pub async fn forget_referee(cluster: &TestCluster) {
+    if cluster.kube_sim().is_some() {
+        return;
     }
+    let configurations: Api<DynamicObject> = Api::all_with(
+        cluster.client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingWebhookConfiguration",
+            ),
+            "validatingwebhookconfigurations",
+        ),
+    );
+    let _ = configurations
+        .delete(WEBHOOK_CONFIGURATION, &DeleteParams::default())
+        .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let current = crds.get("tfjobs.kubeflow.org").await.unwrap();
+    let mut ours = tfjob::api::crd();
+    ours.metadata.resource_version = current.metadata.resource_version;
+    crds.replace("tfjobs.kubeflow.org", &PostParams::default(), &ours)
+        .await
+        .unwrap_or_else(|e| panic!("restoring our TFJob CRD after the referee: {e}"));
 }
