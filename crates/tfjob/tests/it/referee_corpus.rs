@@ -533,6 +533,13 @@ async fn run(scenario: &Scenario, operator: Operator) -> Value {
         // What follows the end (clean-up, garbage collection, Events)
         // settles.
         tokio::time::sleep(Duration::from_secs(2)).await;
+        if ended && matches!(scenario.ends_with, End::JobGone) {
+            // kube-sim collects a deleted job's children in the deleting
+            // request; kube-controller-manager's garbage collector does it
+            // later, within seconds. Wait for it (children left after 30 s
+            // are a result: they show as a difference).
+            children_collected(&cluster, Duration::from_secs(30)).await;
+        }
     }
     let left = snapshot(
         &cluster,
@@ -551,6 +558,41 @@ async fn run(scenario: &Scenario, operator: Operator) -> Value {
         forget_referee(&cluster).await;
     }
     left
+}
+
+/// Waits, at most `limit`, until the namespace holds no pod and no
+/// Service of the job's any more.
+async fn children_collected(cluster: &TestCluster, limit: Duration) {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let services: Api<Service> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let owned_by_job = |owners: &Option<Vec<_>>| {
+        owners.as_ref().is_some_and(
+            |all: &Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>| {
+                all.iter().any(|o| o.kind == "TFJob" && o.name == "job")
+            },
+        )
+    };
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        let pods_left = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|p| owned_by_job(&p.metadata.owner_references));
+        let services_left = services
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|s| owned_by_job(&s.metadata.owner_references));
+        if !pods_left && !services_left {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// What [`act`] did.
