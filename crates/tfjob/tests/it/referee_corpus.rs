@@ -565,12 +565,11 @@ async fn run(scenario: &Scenario, operator: Operator) -> Value {
 async fn children_collected(cluster: &TestCluster, limit: Duration) {
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let services: Api<Service> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    let owned_by_job = |owners: &Option<Vec<_>>| {
-        owners.as_ref().is_some_and(
-            |all: &Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>| {
-                all.iter().any(|o| o.kind == "TFJob" && o.name == "job")
-            },
-        )
+    let owned_by_job = |meta: &kube::api::ObjectMeta| {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "TFJob" && o.name == "job")
     };
     let deadline = tokio::time::Instant::now() + limit;
     while tokio::time::Instant::now() < deadline {
@@ -580,14 +579,14 @@ async fn children_collected(cluster: &TestCluster, limit: Duration) {
             .unwrap()
             .items
             .iter()
-            .any(|p| owned_by_job(&p.metadata.owner_references));
+            .any(|p| owned_by_job(&p.metadata));
         let services_left = services
             .list(&ListParams::default())
             .await
             .unwrap()
             .items
             .iter()
-            .any(|s| owned_by_job(&s.metadata.owner_references));
+            .any(|s| owned_by_job(&s.metadata));
         if !pods_left && !services_left {
             return;
         }

@@ -82,17 +82,7 @@ pub async fn start_referee_with(cluster: &TestCluster, extra_args: Vec<String>) 
 async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rotation() {
     let cluster = test_cluster("referee").await;
     let referee = start_referee(&cluster).await;
-    let configurations: Api<DynamicObject> = Api::all_with(
-        cluster.client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(
-                "admissionregistration.k8s.io",
-                "v1",
-                "ValidatingWebhookConfiguration",
-            ),
-            "validatingwebhookconfigurations",
-        ),
-    );
+    let configurations = webhook_configurations(&cluster);
     let injected = configurations.get(WEBHOOK_CONFIGURATION).await.unwrap();
     let bundle = injected.data["webhooks"][0]["clientConfig"]["caBundle"]
         .as_str()
@@ -176,16 +166,9 @@ async fn training_operator_v1_9_3_runs_unmodified_with_its_webhook_and_cert_rota
     forget_referee(&cluster).await;
 }
 
-/// After a referee has stopped, on the real lane: that cluster is shared,
-/// so a webhook configuration whose server is gone would refuse every
-/// later TFJob, and the other tests expect our CRD (generated from the
-/// Rust types) rather than upstream's. kube-sim is the test's own: nothing
-/// to do.
-pub async fn forget_referee(cluster: &TestCluster) {
-    if cluster.kube_sim().is_some() {
-        return;
-    }
-    let configurations: Api<DynamicObject> = Api::all_with(
+/// The ValidatingWebhookConfigurations of the test's cluster.
+fn webhook_configurations(cluster: &TestCluster) -> Api<DynamicObject> {
+    Api::all_with(
         cluster.client.clone(),
         &ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk(
@@ -195,7 +178,19 @@ pub async fn forget_referee(cluster: &TestCluster) {
             ),
             "validatingwebhookconfigurations",
         ),
-    );
+    )
+}
+
+/// After a referee has stopped, on the real lane: that cluster is shared,
+/// so a webhook configuration whose server is gone would refuse every
+/// later TFJob, and the other tests expect our CRD (generated from the
+/// Rust types) rather than upstream's. kube-sim is the test's own: nothing
+/// to do.
+pub async fn forget_referee(cluster: &TestCluster) {
+    if cluster.kube_sim().is_some() {
+        return;
+    }
+    let configurations = webhook_configurations(cluster);
     let _ = configurations
         .delete(WEBHOOK_CONFIGURATION, &DeleteParams::default())
         .await;

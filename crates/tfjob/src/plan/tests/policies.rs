@@ -1006,8 +1006,8 @@ fn a_missing_priority_class_is_warned_about_once_per_class_and_the_group_is_stil
     assert!(warning.dedup_key.is_some());
 }
 
-#[test]
-fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
+/// dist-mnist after its first pass, with `scheduleTimeoutSeconds: 60`.
+fn with_schedule_timeout_of_60_seconds() -> TFJob {
     let mut base = dist_mnist();
     base.spec.run_policy = Some(RunPolicy {
         scheduling_policy: Some(crate::api::SchedulingPolicy {
@@ -1016,7 +1016,12 @@ fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
         }),
         ..RunPolicy::default()
     });
-    let job = after_first_pass(&base);
+    after_first_pass(&base)
+}
+
+#[test]
+fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
+    let job = with_schedule_timeout_of_60_seconds();
     let pending = observed_group(&job, "volcano", "Pending");
     let waiting = run_gang(&job, Some(&pending), at(30));
     assert!(!true_conditions(&waiting.status).contains(&"Failed"));
@@ -1042,15 +1047,7 @@ fn a_pod_group_not_admitted_within_the_schedule_timeout_fails_the_job() {
 
 #[test]
 fn a_finished_job_deleting_its_pod_group_says_so_once_as_training_operator_does() {
-    let mut base = dist_mnist();
-    base.spec.run_policy = Some(RunPolicy {
-        scheduling_policy: Some(crate::api::SchedulingPolicy {
-            schedule_timeout_seconds: Some(60),
-            ..Default::default()
-        }),
-        ..RunPolicy::default()
-    });
-    let job = after_first_pass(&base);
+    let job = with_schedule_timeout_of_60_seconds();
     let pending = observed_group(&job, "volcano", "Pending");
     let terminated = |plan: &Plan| {
         plan.events
