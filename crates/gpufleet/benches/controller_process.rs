@@ -36,8 +36,10 @@
 //!
 //! Run: `cargo bench -p gpufleet --bench controller_process -- WORKLOAD
 //! [--runs 3] [--jobs 100] [--run-seconds 20] [--qps 20 --burst 30]
-//! [--nodes 1000] [--gap-ms 5] [--pods 500]`. Each run starts a fresh
-//! `sim serve`.
+//! [--nodes 1000] [--gap-ms 5] [--pods 500] [--full-binary]`. Each run
+//! starts a fresh `sim serve`. The controller runs as its own binary
+//! (`gpufleet-gpuid`, `gpufleet-mokka`, `gpufleet-tfjob`), as the charts
+//! deploy it; `--full-binary` runs `gpufleet <controller>` instead.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,6 +81,9 @@ struct Args {
     runs: usize,
     run_seconds: u64,
     limit: Option<(f64, u32)>,
+    /// Run the controller as `gpufleet <controller>` instead of its own
+    /// binary (`gpufleet-<controller>`), to compare the two.
+    full_binary: bool,
 }
 
 const WORKLOADS: [&str; 5] = ["tfjob", "tfjob-referee", "mokka", "mokka-trickle", "gpuid"];
@@ -94,6 +99,7 @@ fn parse_args() -> Args {
         runs: 3,
         run_seconds: 20,
         limit: None,
+        full_binary: false,
     };
     let mut qps = None;
     let mut burst = 10;
@@ -109,6 +115,7 @@ fn parse_args() -> Args {
             "--run-seconds" => args.run_seconds = value().parse().unwrap_or(args.run_seconds),
             "--qps" => qps = value().parse().ok(),
             "--burst" => burst = value().parse().unwrap_or(burst),
+            "--full-binary" => args.full_binary = true,
             workload if WORKLOADS.contains(&workload) => args.workload = arg,
             // cargo bench passes --bench; anything else is ignored.
             _ => {}
@@ -123,6 +130,20 @@ fn parse_args() -> Args {
 /// The release binary cargo built for this bench.
 fn gpufleet() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpufleet"))
+}
+
+/// The binary that runs `controller` and the arguments that select it: its
+/// own binary, which links only that controller, unless `full_binary`.
+fn controller_binary(controller: &str, full_binary: bool) -> (PathBuf, Vec<&str>) {
+    if full_binary {
+        return (gpufleet(), vec![controller]);
+    }
+    let own = match controller {
+        "gpuid" => env!("CARGO_BIN_EXE_gpufleet-gpuid"),
+        "tfjob" => env!("CARGO_BIN_EXE_gpufleet-tfjob"),
+        _ => env!("CARGO_BIN_EXE_gpufleet-mokka"),
+    };
+    (PathBuf::from(own), Vec::new())
 }
 
 /// A port free on loopback now (gpuid takes no port 0).
@@ -740,11 +761,18 @@ async fn settled_requests(admin: &kube::Client) -> BTreeMap<(String, String), u6
 }
 
 fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command) {
-    let mut command = wrapped(gpufleet());
+    let controller = match args.workload.as_str() {
+        "gpuid" => "gpuid",
+        "tfjob" => "tfjob",
+        _ => "mokka",
+    };
+    let (binary, selector) = controller_binary(controller, args.full_binary);
+    let mut command = wrapped(binary);
+    command.args(selector);
     if args.workload == "gpuid" {
         // gpuid's configuration is its environment, as upstream's.
         command
-            .args(["gpuid", "run"])
+            .arg("run")
             .env_clear()
             // Only for a profiler wrapping the binary, which is a script.
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -761,30 +789,22 @@ fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command)
         }
         ("gpufleet gpuid", command)
     } else if args.workload == "tfjob" {
-        command
-            .arg("tfjob")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args([
-                "--leader-elect=false",
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-            ]);
+        command.arg("--kubeconfig").arg(kubeconfig).args([
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+        ]);
         if let Some((qps, burst)) = args.limit {
             command.args(["--qps", &qps.to_string(), "--burst", &burst.to_string()]);
         }
         ("gpufleet tfjob", command)
     } else {
-        command
-            .arg("mokka")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args([
-                "--listen-addr",
-                "127.0.0.1:0",
-                "--leader-election-namespace",
-                "mokka-system",
-            ]);
+        command.arg("--kubeconfig").arg(kubeconfig).args([
+            "--listen-addr",
+            "127.0.0.1:0",
+            "--leader-election-namespace",
+            "mokka-system",
+        ]);
         if let Some((qps, burst)) = args.limit {
             command.args([
                 "--kube-api-qps",

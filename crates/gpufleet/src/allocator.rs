@@ -45,7 +45,9 @@ fn runs_a_controller(args: &[std::ffi::OsString]) -> bool {
 /// Re-executes this process with mimalloc's purge delay at zero when it runs
 /// a controller and no delay was chosen; returns only when it does not
 /// (another subcommand, the delay already set, or the exec failed).
-pub fn tune_for_controllers() {
+/// `controller_binary`: the binary carries one controller only
+/// (`gpufleet-gpuid` and its siblings), so whatever it runs is tuned.
+pub fn tune_for_controllers(controller_binary: bool) {
     if cfg!(feature = "system-allocator") || std::env::var_os(PURGE_DELAY).is_some() {
         return;
     }
@@ -54,7 +56,7 @@ pub fn tune_for_controllers() {
         return;
     };
     let rest: Vec<std::ffi::OsString> = args.collect();
-    if !runs_a_controller(&rest) {
+    if !controller_binary && !runs_a_controller(&rest) {
         return;
     }
     let Ok(binary) = std::env::current_exe() else {

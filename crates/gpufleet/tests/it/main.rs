@@ -2,6 +2,7 @@
 
 mod browser;
 mod commands;
+mod controller_binaries;
 mod deploy_kustomize;
 mod deploy_manifests;
 mod gpuid_quickstart;

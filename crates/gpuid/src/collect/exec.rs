@@ -130,23 +130,32 @@ enum ReadError {
 
 /// Reads at most `limit` bytes; one more byte is an error (the reader is
 /// dropped then, which ends the exec).
+///
+/// Reads straight into the output's own buffer, which grows as it fills:
+/// with `WORKERS` execs at once a separate read chunk per exec was a
+/// megabyte of the collector's peak heap at 16 workers (docs/benchmarks.md,
+/// "gpuid's memory").
 async fn read_capped(
     mut reader: impl AsyncRead + Unpin,
     limit: usize,
 ) -> Result<Vec<u8>, ReadError> {
     let mut buffer = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        let read = reader.read(&mut chunk).await.map_err(ReadError::Io)?;
+        if buffer.len() == buffer.capacity() {
+            buffer.reserve(READ_RESERVE);
+        }
+        let read = reader.read_buf(&mut buffer).await.map_err(ReadError::Io)?;
         if read == 0 {
             return Ok(buffer);
         }
-        if buffer.len() + read > limit {
+        if buffer.len() > limit {
             return Err(ReadError::TooLarge);
         }
-        buffer.extend_from_slice(&chunk[..read]);
     }
 }
+
+/// The least a full output buffer grows by (the buffer at least doubles).
+const READ_RESERVE: usize = 16 * 1024;
 
 /// Reads to the end (so the remote side never blocks on a full pipe) and
 /// keeps only the first `keep` bytes.
