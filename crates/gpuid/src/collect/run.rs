@@ -130,10 +130,7 @@ impl CollectorRuntime {
                 .page_size(LIST_PAGE_SIZE);
             // Only metadata, node, phase and readiness matter; dropping the
             // rest keeps a 10,000-pod cache small.
-            let options = StoreOptions::default().transform(|pod: &mut Pod| {
-                pod.metadata.managed_fields = None;
-                pod.metadata.annotations = None;
-            });
+            let options = StoreOptions::default().transform(super::pod::slim);
             let store = caches
                 .add(format!("gpuid-pods-{namespace}"), api, watch, options)
                 .map_err(|error| RunError::Setup(error.to_string()))?;

@@ -186,8 +186,16 @@ impl MokkaController {
             "sgpuracks",
             Api::all(client.clone()),
             watcher::Config::default(),
-            // Racks keep managedFields: the spec-ownership check reads them.
+            // Racks keep a summary of managedFields: which managers own part
+            // of the spec, all the spec-ownership check reads.
             StoreOptions::default()
+                .transform(|rack: &mut SGPURack| {
+                    rack.metadata.managed_fields = rack
+                        .metadata
+                        .managed_fields
+                        .take()
+                        .map(crate::plan::rack::compact_managed_fields);
+                })
                 .index(INDEX_INVENTORY_UID, |rack: &SGPURack| {
                     vec![rack.spec.inventory_ref.uid.clone()]
                 })

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::state::{Context, RackResult};
 use super::{INDEX_INVENTORY_UID, Queues, ReconcileError};
 use crate::allocate::GroupKey;
-use crate::api::{API_VERSION, SGPUInventory, SGPURack};
+use crate::api::{SGPUInventory, SGPURack};
 use crate::plan::event_notes;
 use crate::plan::inventory::{
     ExactBinding, IssueKind, OwnershipConflict, PlanScope, ProfileIssue, RackPlanInput, RackWrite,
@@ -28,7 +28,7 @@ use crate::plan::inventory::{
 use crate::plan::projection::FIELD_MANAGER;
 use crate::plan::rack::{
     FINALIZER_INVENTORY_CLEANUP, FINALIZER_RACK_CLEANUP, LABEL_INVENTORY, controller_owner,
-    is_label_value, is_owned_by, merge_rack,
+    is_label_value, is_owned_by, merge_rack, spec_exclusively_ours,
 };
 use controller_kit::error::is_status;
 
@@ -72,26 +72,6 @@ fn post_params() -> PostParams {
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.to_string()),
     }
-}
-
-/// Whether only our field manager owns the rack spec (operation Apply or
-/// Update, main resource, our API version).
-pub(crate) fn spec_exclusively_ours(rack: &SGPURack) -> bool {
-    let Some(entries) = rack.metadata.managed_fields.as_deref() else {
-        // Nothing recorded (the server does not track fields): nothing foreign.
-        return true;
-    };
-    entries.iter().all(|entry| {
-        let owns_spec = entry
-            .fields_v1
-            .as_ref()
-            .is_some_and(|fields| fields.0.get("f:spec").is_some());
-        !owns_spec
-            || (entry.manager.as_deref() == Some(FIELD_MANAGER)
-                && matches!(entry.operation.as_deref(), Some("Apply" | "Update"))
-                && entry.subresource.as_deref().is_none_or(str::is_empty)
-                && entry.api_version.as_deref() == Some(API_VERSION))
-    })
 }
 
 /// The full inventory reconcile (the inventories queue).
@@ -549,6 +529,11 @@ async fn replace_with_retry(api: &Api<SGPURack>, desired: SGPURack) -> Result<SG
     let uid = desired.uid();
     let mut attempt = desired.clone();
     for _ in 0..CONFLICT_RETRIES {
+        // The cache keeps only a summary of each rack's managedFields
+        // (`plan::rack::compact_managed_fields`); sent back in a PUT they
+        // would replace the server's. Without them the server keeps
+        // tracking the fields itself.
+        attempt.metadata.managed_fields = None;
         match api.replace(&rack_name, &post_params(), &attempt).await {
             Ok(written) => return Ok(written),
             Err(error) if is_status(&error, 409) => {

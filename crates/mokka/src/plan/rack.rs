@@ -4,9 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference,
+};
 
 use crate::api::{API_VERSION, SGPURack, SGPURackSpec};
+use crate::plan::projection::FIELD_MANAGER;
 
 /// Label naming the inventory of a rack (only when the name is a valid label value).
 pub const LABEL_INVENTORY: &str = "mokka.nvidia.com/inventory";
@@ -214,12 +217,160 @@ pub fn merge_rack(current: &SGPURack, desired: &SGPURack) -> SGPURack {
     merged
 }
 
+/// Whether only our field manager owns the rack spec (operation Apply or
+/// Update, main resource, our API version).
+pub fn spec_exclusively_ours(rack: &SGPURack) -> bool {
+    let Some(entries) = rack.metadata.managed_fields.as_deref() else {
+        // Nothing recorded (the server does not track fields): nothing foreign.
+        return true;
+    };
+    entries.iter().all(|entry| {
+        let owns_spec = entry
+            .fields_v1
+            .as_ref()
+            .is_some_and(|fields| fields.0.get("f:spec").is_some());
+        !owns_spec
+            || (entry.manager.as_deref() == Some(FIELD_MANAGER)
+                && matches!(entry.operation.as_deref(), Some("Apply" | "Update"))
+                && entry.subresource.as_deref().is_none_or(str::is_empty)
+                && entry.api_version.as_deref() == Some(API_VERSION))
+    })
+}
+
+/// What the rack cache keeps of a rack's managedFields: the entries that own
+/// part of the spec, each reduced to its manager, operation, subresource and
+/// API version with `fieldsV1` cut to `{"f:spec": {}}`. That is all
+/// [`spec_exclusively_ours`] reads, and it answers the same for the summary
+/// as for the whole list. The whole list names every field of every Node
+/// slot, a third of a 100-Node rack's memory in the cache. A summary must
+/// never be written back: rack writes send no managedFields.
+pub fn compact_managed_fields(entries: Vec<ManagedFieldsEntry>) -> Vec<ManagedFieldsEntry> {
+    entries
+        .into_iter()
+        .filter(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .is_some_and(|fields| fields.0.get("f:spec").is_some())
+        })
+        .map(|entry| ManagedFieldsEntry {
+            fields_v1: Some(FieldsV1(serde_json::json!({"f:spec": {}}))),
+            time: None,
+            ..entry
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fixtures::example_profile;
     use crate::identity::rack_name;
     use crate::render::{RackCoordinate, render_rack};
+
+    fn managed(
+        manager: &str,
+        operation: &str,
+        subresource: Option<&str>,
+        api_version: &str,
+        fields: serde_json::Value,
+    ) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            subresource: subresource.map(Into::into),
+            api_version: Some(api_version.into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            time: None,
+        }
+    }
+
+    #[test]
+    fn the_compacted_managed_fields_answer_the_ownership_check_as_the_whole_list_does() {
+        let spec = serde_json::json!({"f:spec": {"f:nodes": {"k:{\"index\":0}": {
+            ".": {}, "f:index": {}, "f:nodeRef": {"f:name": {}, "f:uid": {}}
+        }}}, "f:metadata": {"f:labels": {"f:a": {}}}});
+        let status = serde_json::json!({"f:status": {"f:assignedNodes": {}}});
+        let ours = managed(FIELD_MANAGER, "Update", None, API_VERSION, spec.clone());
+        let cases = [
+            (vec![ours.clone()], true),
+            (
+                vec![
+                    ours.clone(),
+                    managed(
+                        FIELD_MANAGER,
+                        "Update",
+                        Some("status"),
+                        API_VERSION,
+                        status.clone(),
+                    ),
+                    managed(
+                        "kubectl-label",
+                        "Update",
+                        None,
+                        API_VERSION,
+                        serde_json::json!({"f:metadata": {}}),
+                    ),
+                ],
+                true,
+            ),
+            (
+                vec![
+                    ours.clone(),
+                    managed("kubectl-edit", "Update", None, API_VERSION, spec.clone()),
+                ],
+                false,
+            ),
+            (
+                vec![managed(
+                    FIELD_MANAGER,
+                    "Update",
+                    None,
+                    "mokka.nvidia.com/v1beta1",
+                    spec.clone(),
+                )],
+                false,
+            ),
+            (
+                vec![managed(
+                    FIELD_MANAGER,
+                    "Update",
+                    Some("status"),
+                    API_VERSION,
+                    spec.clone(),
+                )],
+                false,
+            ),
+            (
+                vec![managed(
+                    FIELD_MANAGER,
+                    "Apply",
+                    None,
+                    API_VERSION,
+                    spec.clone(),
+                )],
+                true,
+            ),
+            (Vec::new(), true),
+        ];
+        for (entries, exclusive) in cases {
+            let mut rack = rendered();
+            rack.metadata.managed_fields = Some(entries.clone());
+            assert_eq!(spec_exclusively_ours(&rack), exclusive, "{entries:?}");
+            let compacted = compact_managed_fields(entries.clone());
+            // Only spec owners are kept, and of their fields only `f:spec`.
+            assert!(compacted.len() <= entries.len());
+            for entry in &compacted {
+                assert_eq!(
+                    entry.fields_v1.as_ref().map(|f| &f.0),
+                    Some(&serde_json::json!({"f:spec": {}}))
+                );
+            }
+            rack.metadata.managed_fields = Some(compacted);
+            assert_eq!(spec_exclusively_ours(&rack), exclusive, "{entries:?}");
+        }
+    }
 
     fn rendered() -> SGPURack {
         let profile = example_profile("p", "p-uid", 2, 1);

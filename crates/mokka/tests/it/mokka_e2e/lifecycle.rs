@@ -468,3 +468,49 @@ async fn nodes_beyond_capacity_are_pending_and_reported_with_a_capacity_exhauste
     .await;
     replica.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rack_update_leaves_the_servers_managed_fields_whole() {
+    // The rack cache keeps only a summary of each rack's managedFields; an
+    // update that sent it back would replace the server's field ownership.
+    let cluster = Cluster::start().await;
+    cluster.create_profile("two-node", 2, 1).await;
+    cluster.create_node("node-a", "managed").await;
+    let inventory = cluster
+        .create_inventory("inv", "two-node", 1, "managed")
+        .await;
+    let uid = inventory.uid().unwrap();
+    let replica = cluster.start_leader("replica-a").await;
+    let name = rack_name("inv", &uid, "compute", 0);
+    let racks = cluster.racks();
+    eventually("node-a bound", || async {
+        racks
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .filter(|rack| bound_names(rack).contains(&Some("node-a".to_string())))
+    })
+    .await;
+    // A second Node arrives: the controller updates the rack.
+    cluster.create_node("node-b", "managed").await;
+    let rack = eventually("node-b bound by an update", || async {
+        racks
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .filter(|rack| bound_names(rack).contains(&Some("node-b".to_string())))
+    })
+    .await;
+    let spec = rack
+        .managed_fields()
+        .iter()
+        .filter(|entry| entry.manager.as_deref() == Some(mokka::plan::projection::FIELD_MANAGER))
+        .filter(|entry| entry.subresource.as_deref().is_none_or(str::is_empty))
+        .find_map(|entry| entry.fields_v1.as_ref()?.0.get("f:spec"))
+        .unwrap_or_else(|| panic!("our entry owns the spec: {:?}", rack.managed_fields()));
+    assert!(
+        spec.get("f:nodes").is_some() && spec.get("f:identity").is_some(),
+        "the server's managedFields were replaced by the cache's summary: {spec}"
+    );
+    replica.stop().await;
+}
