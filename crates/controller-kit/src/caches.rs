@@ -6,7 +6,7 @@
 //! on promotion (every cached object is replayed to the handler) and detaches them on
 //! demotion, while the caches keep running.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -113,18 +113,34 @@ pub type Handler<K> = Arc<dyn Fn(&ObjectEvent<K>) + Send + Sync>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HandlerId(u64);
 
-/// Secondary indexes of one store: index name → value → objects.
+/// Secondary indexes of one store: index → value → objects.
+///
+/// An object's reference is held once (`Arc`) however many values name it,
+/// and each value's text once, shared by both maps. A rack names about 100
+/// Nodes by name and by UID; a whole `ObjectRef` copy (name, namespace,
+/// resourceVersion, UID) in a one-element `HashSet` per value was about
+/// 0.7 KB each, most of the indexes' memory (docs/benchmarks.md, issue #29).
+/// A value names few objects, so they are kept in a `Vec`.
 struct IndexTable<K: CachedObject> {
     functions: Vec<(String, IndexFn<K>)>,
-    entries: HashMap<String, HashMap<String, HashSet<ObjectRef<K>>>>,
-    values_of: HashMap<ObjectRef<K>, Vec<(usize, String)>>,
+    /// By the position of the index function: value → the objects it names.
+    entries: Vec<ObjectsByValue<K>>,
+    /// Each indexed object's (index position, value) pairs.
+    values_of: HashMap<SharedRef<K>, Vec<(usize, Arc<str>)>>,
 }
+
+/// One reference per cached object, shared by every value naming it.
+type SharedRef<K> = Arc<ObjectRef<K>>;
+
+/// One index: value → the objects it names.
+type ObjectsByValue<K> = HashMap<Arc<str>, Vec<SharedRef<K>>>;
 
 impl<K: CachedObject> IndexTable<K> {
     fn new(functions: Vec<(String, IndexFn<K>)>) -> Self {
+        let entries = functions.iter().map(|_| HashMap::new()).collect();
         Self {
             functions,
-            entries: HashMap::new(),
+            entries,
             values_of: HashMap::new(),
         }
     }
@@ -137,17 +153,22 @@ impl<K: CachedObject> IndexTable<K> {
         if self.functions.is_empty() {
             return;
         }
-        let object_ref = ObjectRef::from_obj(object);
+        let object_ref = Arc::new(ObjectRef::from_obj(object));
         self.remove(&object_ref);
         let mut values = Vec::new();
-        for (position, (name, function)) in self.functions.iter().enumerate() {
+        for (position, (_, function)) in self.functions.iter().enumerate() {
+            let Some(by_value) = self.entries.get_mut(position) else {
+                continue;
+            };
             for value in function(object) {
-                self.entries
-                    .entry(name.clone())
-                    .or_default()
-                    .entry(value.clone())
-                    .or_default()
-                    .insert(object_ref.clone());
+                let value: Arc<str> = match by_value.get_key_value(value.as_str()) {
+                    Some((known, _)) => Arc::clone(known),
+                    None => Arc::from(value),
+                };
+                let refs = by_value.entry(Arc::clone(&value)).or_default();
+                if !refs.contains(&object_ref) {
+                    refs.push(Arc::clone(&object_ref));
+                }
                 values.push((position, value));
             }
         }
@@ -159,25 +180,24 @@ impl<K: CachedObject> IndexTable<K> {
             return;
         };
         for (position, value) in values {
-            let Some((name, _)) = self.functions.get(position) else {
-                continue;
-            };
-            if let Some(by_value) = self.entries.get_mut(name)
-                && let Some(refs) = by_value.get_mut(&value)
+            if let Some(by_value) = self.entries.get_mut(position)
+                && let Some(refs) = by_value.get_mut(&*value)
             {
-                refs.remove(object_ref);
+                refs.retain(|known| **known != *object_ref);
                 if refs.is_empty() {
-                    by_value.remove(&value);
+                    by_value.remove(&*value);
                 }
             }
         }
     }
 
     fn lookup(&self, index: &str, value: &str) -> Vec<ObjectRef<K>> {
-        self.entries
-            .get(index)
+        self.functions
+            .iter()
+            .position(|(name, _)| name == index)
+            .and_then(|position| self.entries.get(position))
             .and_then(|by_value| by_value.get(value))
-            .map(|refs| refs.iter().cloned().collect())
+            .map(|refs| refs.iter().map(|known| known.as_ref().clone()).collect())
             .unwrap_or_default()
     }
 }
@@ -699,6 +719,51 @@ mod tests {
         assert!(reader.by_index("rack", "r2").is_empty());
         assert_eq!(reader.by_index("rack", "r9").len(), 1);
         assert!(reader.by_index("no-such-index", "x").is_empty());
+    }
+
+    #[test]
+    fn an_object_named_by_many_values_is_referenced_once_and_each_value_stored_once() {
+        let labels = |node: &Node| -> Vec<String> {
+            let mut values: Vec<String> = node
+                .metadata
+                .labels
+                .iter()
+                .flatten()
+                .map(|(_, v)| v.clone())
+                .collect();
+            // A value named twice by one object finds it once.
+            values.extend(values.first().cloned());
+            values
+        };
+        let mut table = IndexTable::new(vec![(
+            "label".to_string(),
+            Arc::new(labels) as IndexFn<Node>,
+        )]);
+        table.upsert(&node("n1", "u1", &[("a", "x"), ("b", "y"), ("c", "z")]));
+        table.upsert(&node("n2", "u2", &[("a", "x")]));
+        let (n1, values) = table
+            .values_of
+            .iter()
+            .find(|(object, _)| object.name == "n1")
+            .unwrap();
+        // One reference, held by the three values and by `values_of`.
+        assert_eq!(Arc::strong_count(n1), 4);
+        for (position, value) in values {
+            let (key, _) = table.entries[*position].get_key_value(&**value).unwrap();
+            assert!(Arc::ptr_eq(key, value), "the value's text is shared");
+        }
+        assert_eq!(
+            table
+                .lookup("label", "x")
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>(),
+            ["n1", "n2"]
+        );
+        table.remove(&ObjectRef::from_obj(&node("n1", "u1", &[])));
+        assert_eq!(table.lookup("label", "x").len(), 1);
+        assert!(table.lookup("label", "y").is_empty());
+        assert_eq!(table.entries[0].len(), 1);
     }
 
     #[test]

@@ -32,13 +32,13 @@ fn node(index: usize) -> NodeInput {
         name: format!("node-{index:06}"),
         uid: format!("uid-{index:06}"),
         created: time(1_700_000_000 + index as i64),
-        labels: BTreeMap::from([
+        labels: std::sync::Arc::new(BTreeMap::from([
             (LABEL_SGPU_NODE.to_string(), "true".to_string()),
             (
                 "mokka.nvidia.com/sgpu-group".to_string(),
                 "compute".to_string(),
             ),
-        ]),
+        ])),
         terminating: false,
     }
 }

@@ -15,6 +15,7 @@ pub mod fixtures;
 pub mod identity;
 pub mod inventory;
 pub mod limits;
+pub mod node_meta;
 pub mod node_view;
 pub mod plan;
 pub mod policy;

@@ -48,7 +48,7 @@ fn terminating_node(
         created: Some(Time(
             k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
         )),
-        labels,
+        labels: Arc::new(labels),
         terminating,
     }
 }
@@ -155,13 +155,13 @@ fn change_one_node(input: &mut AllocationInput, change: u8, target: usize, creat
             node.terminating = !node.terminating;
         }
         1 if count > 0 => {
-            let labels = &mut input.nodes[target % count].labels;
+            let labels = Arc::make_mut(&mut input.nodes[target % count].labels);
             if labels.remove(LABEL_SGPU_NODE).is_none() {
                 labels.insert(LABEL_SGPU_NODE.to_string(), "true".to_string());
             }
         }
         2 if count > 0 => {
-            let labels = &mut input.nodes[target % count].labels;
+            let labels = Arc::make_mut(&mut input.nodes[target % count].labels);
             let next = match labels.get("pool").map(String::as_str) {
                 Some("a") => Some("b"),
                 Some(_) => None,

@@ -38,7 +38,7 @@ pub(super) fn node(name: &str, created: i64, pool: Option<&str>) -> NodeInput {
         name: name.into(),
         uid: format!("{name}-uid"),
         created: time(created),
-        labels,
+        labels: Arc::new(labels),
         terminating: false,
     }
 }
@@ -231,9 +231,7 @@ fn keeps_duplicate_bindings_as_a_data_conflict() {
 #[test]
 fn plans_releases_with_all_five_reasons() {
     let mut ineligible = node("ineligible", 3, Some("gpu"));
-    ineligible
-        .labels
-        .insert(LABEL_SGPU_NODE.into(), "false".into());
+    Arc::make_mut(&mut ineligible.labels).insert(LABEL_SGPU_NODE.into(), "false".into());
     let input = AllocationInput {
         groups: vec![group("compute", 1, 2, Some("gpu"))],
         nodes: vec![
@@ -274,7 +272,7 @@ fn plans_releases_with_all_five_reasons() {
 
     // Inside capacity, eligibility and selector checks decide.
     let mut ineligible = node("ineligible", 3, Some("gpu"));
-    ineligible.labels.remove(LABEL_SGPU_NODE);
+    Arc::make_mut(&mut ineligible.labels).remove(LABEL_SGPU_NODE);
     let input = AllocationInput {
         groups: vec![group("compute", 2, 2, Some("gpu"))],
         nodes: vec![ineligible, node("moved", 4, Some("cpu"))],
@@ -399,7 +397,7 @@ fn does_not_compact_across_shrink_and_grow() {
 #[test]
 fn only_eligible_nodes_are_classified() {
     let mut outsider = node("outsider", 1, None);
-    outsider.labels.clear();
+    Arc::make_mut(&mut outsider.labels).clear();
     let input = AllocationInput {
         groups: vec![group("compute", 1, 1, None)],
         nodes: vec![outsider],
@@ -521,7 +519,7 @@ fn arbitrary_input() -> impl Strategy<Value = AllocationInput> {
                         pool.map(|p| if p == 0 { "a" } else { "b" }),
                     );
                     if !eligible {
-                        n.labels.remove(LABEL_SGPU_NODE);
+                        Arc::make_mut(&mut n.labels).remove(LABEL_SGPU_NODE);
                     }
                     n
                 })

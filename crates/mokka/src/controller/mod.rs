@@ -34,6 +34,7 @@ mod status;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::node_meta::NodeMeta;
 use controller_kit::caches::{CacheError, DetachedStore};
 use controller_kit::controller::{LeaderWork, ReconcileObserver};
 use controller_kit::manager::DEFAULT_DRAIN_TIMEOUT;
@@ -43,7 +44,6 @@ use controller_kit::{
     LeaderElectionConfig, ManagerConfig, ManagerError, MetricsRegistry, RateLimiterConfig,
     Readiness, Replica, RunningWork, StoreOptions, WorkQueue, WorkQueueMetrics, WorkerPool,
 };
-use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
@@ -206,7 +206,7 @@ impl MokkaController {
                     bound(rack).map(|node| node.uid.clone()).collect()
                 }),
         )?;
-        let nodes: CachedStore<Node> = caches.add(
+        let nodes: CachedStore<NodeMeta> = caches.add(
             "nodes",
             Api::all(client.clone()),
             watcher::Config::default().labels(&node_selector()),

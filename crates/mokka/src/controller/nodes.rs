@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
+use crate::node_meta::NodeMeta;
 use kube::Api;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -21,11 +21,9 @@ pub fn node_selector() -> String {
 
 /// Keeps name, uid, resourceVersion, creation and deletion timestamps,
 /// labels, the assignment annotation, and managedFields compacted to the
-/// three projected keys. Spec and status are never cached, so Node spec or
-/// status updates cost only this transform.
-pub fn transform_node(node: &mut Node) {
-    node.spec = None;
-    node.status = None;
+/// three projected keys. Spec and status are never decoded ([`NodeMeta`]),
+/// so Node spec or status updates cost only this transform.
+pub fn transform_node(node: &mut NodeMeta) {
     let meta = &mut node.metadata;
     meta.annotations = meta.annotations.take().and_then(|annotations| {
         let kept: std::collections::BTreeMap<String, String> = annotations
@@ -63,7 +61,7 @@ pub enum LiveNodeError {
 /// Exact GETs of Nodes that are not in the filtered cache, bounded in time
 /// and concurrency.
 pub struct LiveNodes {
-    api: Api<Node>,
+    api: Api<NodeMeta>,
     slots: Semaphore,
     timeout: Duration,
 }
@@ -85,7 +83,7 @@ impl LiveNodes {
         &self,
         name: &str,
         cancel: &CancellationToken,
-    ) -> Result<Option<Node>, LiveNodeError> {
+    ) -> Result<Option<NodeMeta>, LiveNodeError> {
         let work = async {
             let _slot = self.slots.acquire().await;
             self.api.get_opt(name).await
@@ -104,12 +102,12 @@ impl LiveNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+    use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
     use kube::api::ObjectMeta;
 
     #[test]
-    fn compact_node_transform_drops_spec_status_and_foreign_annotations() {
-        let mut node = Node {
+    fn compact_node_transform_drops_foreign_annotations() {
+        let node = Node {
             metadata: ObjectMeta {
                 name: Some("n".into()),
                 uid: Some("u".into()),
@@ -129,8 +127,10 @@ mod tests {
             }),
             status: Some(NodeStatus::default()),
         };
+        // As the watch decodes it: metadata only.
+        let mut node: NodeMeta =
+            serde_json::from_value(serde_json::to_value(&node).unwrap()).unwrap();
         transform_node(&mut node);
-        assert!(node.spec.is_none() && node.status.is_none());
         assert_eq!(
             node.metadata
                 .annotations

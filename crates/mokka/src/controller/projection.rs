@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use crate::node_meta::NodeMeta;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +35,7 @@ pub(crate) async fn reconcile_node(
     name: &str,
     cancel: &CancellationToken,
 ) -> Result<(), ReconcileError> {
-    let node: Option<Node> = match context.nodes.get(name) {
+    let node: Option<NodeMeta> = match context.nodes.get(name) {
         Some(node) => Some((*node).clone()),
         None => context.live_nodes.get(name, cancel).await?,
     };
@@ -43,7 +43,7 @@ pub(crate) async fn reconcile_node(
     if let Some(observed) = &observed {
         controller_kit::record_uid(&observed.uid);
     }
-    let api: Api<Node> = Api::all(context.client.clone());
+    let api: Api<NodeMeta> = Api::all(context.client.clone());
 
     // Cleanups first: a binding's metadata must be gone before its slot is cleared.
     let requests: Vec<ExactBinding> = context
@@ -230,7 +230,7 @@ pub(crate) async fn reconcile_node(
     }
 }
 
-async fn node_exists(api: &Api<Node>, name: &str, uid: &str) -> bool {
+async fn node_exists(api: &Api<NodeMeta>, name: &str, uid: &str) -> bool {
     matches!(api.get_opt(name).await, Ok(Some(node)) if node.metadata.uid.as_deref() == Some(uid))
 }
 
@@ -275,7 +275,7 @@ fn current_bindings(context: &Context, name: &str) -> Vec<ExactBinding> {
 /// relinquish our keys.
 async fn remove_stale_projection(
     context: &Context,
-    api: &Api<Node>,
+    api: &Api<NodeMeta>,
     observed: &ObservedNode,
 ) -> Result<(), ReconcileError> {
     let ours = [

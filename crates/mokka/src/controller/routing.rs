@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::node_meta::NodeMeta;
 use controller_kit::ObjectEvent;
-use k8s_openapi::api::core::v1::Node;
 use parking_lot::Mutex;
 
 use super::state::Context;
@@ -76,7 +76,7 @@ pub(crate) fn attach_process_handlers(context: &Arc<Context>) {
     let weak = Arc::downgrade(context);
     context
         .nodes
-        .attach(Arc::new(move |event: &ObjectEvent<Node>| {
+        .attach(Arc::new(move |event: &ObjectEvent<NodeMeta>| {
             let Some(context) = weak.upgrade() else {
                 return;
             };
@@ -419,11 +419,13 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
     {
         let queues = Arc::clone(queues);
         let weak = Arc::downgrade(context);
-        let last_seen: Mutex<HashMap<String, CatalogNode>> = Mutex::new(HashMap::new());
+        // The catalog's record when it is the same, so the labels are held
+        // once (a copy per Node was ~1 KiB of every Node's footprint).
+        let last_seen: Mutex<HashMap<String, Arc<CatalogNode>>> = Mutex::new(HashMap::new());
         let selectors = GroupSelectors::default();
         let id = context
             .nodes
-            .attach(Arc::new(move |event: &ObjectEvent<Node>| {
+            .attach(Arc::new(move |event: &ObjectEvent<NodeMeta>| {
                 let Some(context) = weak.upgrade() else {
                     return;
                 };
@@ -431,11 +433,17 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
                 let name = node.metadata.name.clone().unwrap_or_default();
                 queues.project(&name);
                 let record = CatalogNode::from_node(node);
+                let record = context
+                    .catalog
+                    .lock()
+                    .get(&name)
+                    .filter(|known| **known == record)
+                    .unwrap_or_else(|| Arc::new(record));
                 let (relevant, previous) = {
                     let mut seen = last_seen.lock();
                     match event {
                         ObjectEvent::Applied(_) => {
-                            let previous = seen.insert(name.clone(), record.clone());
+                            let previous = seen.insert(name.clone(), Arc::clone(&record));
                             (previous.as_ref() != Some(&record), previous)
                         }
                         ObjectEvent::Deleted(_) => (true, seen.remove(&name)),
@@ -453,7 +461,7 @@ pub(crate) fn attach_leader_handlers(context: &Arc<Context>, queues: &Arc<Queues
                     }
                 }
                 if relevant {
-                    let labels = [Some(&record), previous.as_ref()];
+                    let labels = [Some(&*record), previous.as_deref()];
                     for inventory in context.inventories.state() {
                         for key in selectors.matching(&inventory, &labels) {
                             queues.inventory_status(&key.inventory_name);

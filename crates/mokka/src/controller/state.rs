@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::node_meta::NodeMeta;
 use controller_kit::CachedStore;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use parking_lot::Mutex;
 
@@ -103,7 +103,7 @@ pub(crate) struct Context {
     pub profiles: CachedStore<SGPURackProfile>,
     pub inventories: CachedStore<SGPUInventory>,
     pub racks: CachedStore<SGPURack>,
-    pub nodes: CachedStore<Node>,
+    pub nodes: CachedStore<NodeMeta>,
     pub policies: CachedStore<SGPURuntimePolicy>,
     /// Policy evaluations per inventory, cached per input revision.
     pub evaluations: PolicyEvaluations,
@@ -147,7 +147,7 @@ impl Context {
         profiles: CachedStore<SGPURackProfile>,
         inventories: CachedStore<SGPUInventory>,
         racks: CachedStore<SGPURack>,
-        nodes: CachedStore<Node>,
+        nodes: CachedStore<NodeMeta>,
         policies: CachedStore<SGPURuntimePolicy>,
         live_nodes: LiveNodes,
         events: Events,

@@ -193,7 +193,7 @@ struct SlotCheck {
 /// Node) resourceVersion pair.
 fn check_slots<'r>(context: &Context, rack: &'r SGPURack) -> Vec<(i32, &'r NodeRef, SlotCheck)> {
     // Look the Nodes up first: no cache lock is taken under the memo's.
-    let bound: Vec<(i32, &NodeRef, Option<Arc<k8s_openapi::api::core::v1::Node>>)> = rack
+    let bound: Vec<(i32, &NodeRef, Option<Arc<crate::node_meta::NodeMeta>>)> = rack
         .spec
         .nodes
         .iter()

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use crate::node_meta::NodeMeta;
 
 use crate::allocate::NodeInput;
 use crate::selector::CONTROLLER_OWNED_LABELS;
@@ -23,7 +23,7 @@ pub struct CatalogNode {
 
 impl CatalogNode {
     /// The catalog record of a (transformed) Node.
-    pub fn from_node(node: &Node) -> Self {
+    pub fn from_node(node: &NodeMeta) -> Self {
         let meta = &node.metadata;
         let labels: BTreeMap<String, String> = meta
             .labels
@@ -37,7 +37,7 @@ impl CatalogNode {
                 name: meta.name.clone().unwrap_or_default(),
                 uid: meta.uid.clone().unwrap_or_default(),
                 created: meta.creation_timestamp.clone(),
-                labels,
+                labels: Arc::new(labels),
                 terminating: meta.deletion_timestamp.is_some(),
             },
         }
@@ -60,7 +60,7 @@ pub struct NodeCatalog {
 impl NodeCatalog {
     /// Replaces the records for the Node's name and UID; returns whether the
     /// allocation generation advanced.
-    pub fn upsert(&mut self, node: &Node) -> bool {
+    pub fn upsert(&mut self, node: &NodeMeta) -> bool {
         let record = CatalogNode::from_node(node);
         if record.input.name.is_empty() {
             return false;
@@ -168,8 +168,8 @@ mod tests {
     };
     use kube::api::ObjectMeta;
 
-    fn node(name: &str, uid: &str, labels: &[(&str, &str)]) -> Node {
-        Node {
+    fn node(name: &str, uid: &str, labels: &[(&str, &str)]) -> NodeMeta {
+        NodeMeta {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 uid: Some(uid.into()),
@@ -181,7 +181,6 @@ mod tests {
                 ),
                 ..ObjectMeta::default()
             },
-            ..Node::default()
         }
     }
 
@@ -242,5 +241,22 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &catalog.snapshot()));
         catalog.upsert(&node("c", "u3", &[]));
         assert_eq!(catalog.snapshot().len(), 3);
+    }
+
+    #[test]
+    fn snapshots_and_their_copies_share_each_nodes_labels_with_the_record() {
+        let mut catalog = NodeCatalog::default();
+        catalog.upsert(&node(
+            "a",
+            "u1",
+            &[(LABEL_SGPU_NODE, "true"), ("pool", "x")],
+        ));
+        let record = catalog.get("a").unwrap();
+        let snapshot = catalog.snapshot();
+        // An allocation input is a copy of the snapshot's Vec.
+        let copied: Vec<NodeInput> = snapshot.as_ref().clone();
+        assert!(Arc::ptr_eq(&record.input.labels, &snapshot[0].labels));
+        assert!(Arc::ptr_eq(&record.input.labels, &copied[0].labels));
+        assert_eq!(copied[0].labels.get("pool").map(String::as_str), Some("x"));
     }
 }

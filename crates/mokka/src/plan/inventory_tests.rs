@@ -34,10 +34,12 @@ fn node(name: &str, seconds: i64) -> NodeInput {
         created: Some(Time(
             k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap(),
         )),
-        labels: [("mokka.nvidia.com/sgpu-node", "true"), ("pool", "a")]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        labels: Arc::new(
+            [("mokka.nvidia.com/sgpu-node", "true"), ("pool", "a")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
         terminating: false,
     }
 }

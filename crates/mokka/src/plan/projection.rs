@@ -259,7 +259,7 @@ pub struct ObservedNode {
 
 impl ObservedNode {
     /// The projection-relevant state of a Node object.
-    pub fn from_node(node: &k8s_openapi::api::core::v1::Node) -> Self {
+    pub fn from_node(node: &crate::node_meta::NodeMeta) -> Self {
         let meta = &node.metadata;
         let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key)).cloned();
         Self {

@@ -167,7 +167,7 @@ fn relabelling_a_bound_node_releases_it_as_ineligible_or_mismatched() {
     let mut allocator = Allocator::new(&input).unwrap();
     write_back(&mut allocator);
     let mut ineligible = node("a", 1, Some("gpu"));
-    ineligible.labels.remove(LABEL_SGPU_NODE);
+    Arc::make_mut(&mut ineligible.labels).remove(LABEL_SGPU_NODE);
     allocator.upsert_node(ineligible).unwrap();
     allocator.upsert_node(node("b", 2, Some("cpu"))).unwrap();
     assert_eq!(
