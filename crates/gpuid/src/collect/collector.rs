@@ -459,6 +459,9 @@ impl Collector {
             pod: key.to_owned(),
             source,
         })?;
+        // The document (about 200 KB for eight GPUs) is not held across the
+        // export below, which can wait on a full pipeline.
+        drop(output);
         self.metrics
             .collection_duration
             .observe(started.elapsed().as_secs_f64());

@@ -11,6 +11,13 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// The command, as an argv: no shell is needed in the target image.
 pub const NVIDIA_SMI_ARGV: [&str; 3] = ["nvidia-smi", "-q", "-x"];
 
+/// The pipe between kube's WebSocket task and our reader: one exec frame.
+/// kube's default is 1 KiB, so a 212 KB document crossed it in over 200
+/// task hand-offs while the connection's 32 KiB frame waited to be drained;
+/// each exec then ran longer and more of them (each with its buffers) were
+/// in flight at once (docs/benchmarks.md, issue #29).
+const STDOUT_PIPE_BYTES: usize = 32 * 1024;
+
 /// stderr is only kept for error messages; nvidia-smi prints benign warnings there.
 const STDERR_KEEP: usize = 4096;
 
@@ -74,7 +81,8 @@ async fn exec(
         .container(container)
         .stdin(false)
         .stdout(true)
-        .stderr(true);
+        .stderr(true)
+        .max_stdout_buf_size(STDOUT_PIPE_BYTES);
     let mut process = pods
         .exec(name, NVIDIA_SMI_ARGV, &params)
         .await
