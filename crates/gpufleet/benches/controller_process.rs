@@ -36,10 +36,14 @@
 //!
 //! Run: `cargo bench -p gpufleet --bench controller_process -- WORKLOAD
 //! [--runs 3] [--jobs 100] [--run-seconds 20] [--qps 20 --burst 30]
-//! [--nodes 1000] [--gap-ms 5] [--pods 500] [--full-binary]`. Each run
-//! starts a fresh `sim serve`. The controller runs as its own binary
-//! (`gpufleet-gpuid`, `gpufleet-mokka`, `gpufleet-tfjob`), as the charts
-//! deploy it; `--full-binary` runs `gpufleet <controller>` instead.
+//! [--nodes 1000] [--gap-ms 5] [--pods 500] [--release-binary|--full-binary]`.
+//! Each run starts a fresh `sim serve`. The controller runs as its own
+//! binary (`gpufleet-gpuid`, `gpufleet-mokka`, `gpufleet-tfjob`) built in
+//! the `controller` profile, as the charts deploy it: the bench has cargo
+//! build it first (a no-op when it is current), so it never measures a
+//! stale one. `--release-binary` runs the same binary in the release
+//! profile (the one `cargo bench` built), `--full-binary` `gpufleet
+//! <controller>`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -84,6 +88,9 @@ struct Args {
     /// Run the controller as `gpufleet <controller>` instead of its own
     /// binary (`gpufleet-<controller>`), to compare the two.
     full_binary: bool,
+    release_binary: bool,
+    /// The controller's binary in the `controller` profile, built at start.
+    shipped: Option<PathBuf>,
 }
 
 const WORKLOADS: [&str; 5] = ["tfjob", "tfjob-referee", "mokka", "mokka-trickle", "gpuid"];
@@ -100,6 +107,8 @@ fn parse_args() -> Args {
         run_seconds: 20,
         limit: None,
         full_binary: false,
+        release_binary: false,
+        shipped: None,
     };
     let mut qps = None;
     let mut burst = 10;
@@ -116,6 +125,7 @@ fn parse_args() -> Args {
             "--qps" => qps = value().parse().ok(),
             "--burst" => burst = value().parse().unwrap_or(burst),
             "--full-binary" => args.full_binary = true,
+            "--release-binary" => args.release_binary = true,
             workload if WORKLOADS.contains(&workload) => args.workload = arg,
             // cargo bench passes --bench; anything else is ignored.
             _ => {}
@@ -133,10 +143,14 @@ fn gpufleet() -> PathBuf {
 }
 
 /// The binary that runs `controller` and the arguments that select it: its
-/// own binary, which links only that controller, unless `full_binary`.
-fn controller_binary(controller: &str, full_binary: bool) -> (PathBuf, Vec<&str>) {
-    if full_binary {
+/// own binary, which links only that controller (the shipped build unless
+/// `--release-binary`), or `gpufleet` with `--full-binary`.
+fn controller_binary<'a>(controller: &'a str, args: &Args) -> (PathBuf, Vec<&'a str>) {
+    if args.full_binary {
         return (gpufleet(), vec![controller]);
+    }
+    if let Some(shipped) = &args.shipped {
+        return (shipped.clone(), Vec::new());
     }
     let own = match controller {
         "gpuid" => env!("CARGO_BIN_EXE_gpufleet-gpuid"),
@@ -144,6 +158,49 @@ fn controller_binary(controller: &str, full_binary: bool) -> (PathBuf, Vec<&str>
         _ => env!("CARGO_BIN_EXE_gpufleet-mokka"),
     };
     (PathBuf::from(own), Vec::new())
+}
+
+/// The controller binaries a workload runs.
+fn workload_controller(workload: &str) -> &'static str {
+    match workload {
+        "gpuid" => "gpuid",
+        "tfjob" | "tfjob-referee" => "tfjob",
+        _ => "mokka",
+    }
+}
+
+/// `gpufleet-<controller>` in the `controller` profile (Cargo.toml), built by
+/// cargo now; its path from cargo's own report of the artifact.
+fn shipped_binary(controller: &str) -> PathBuf {
+    let name = format!("gpufleet-{controller}");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    eprintln!("building {name} in the controller profile (cargo build --profile controller)");
+    let output = Command::new(cargo)
+        .current_dir(workspace)
+        .args([
+            "build",
+            "--profile",
+            "controller",
+            "-p",
+            "gpufleet",
+            "--bin",
+        ])
+        .arg(&name)
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo build --profile controller --bin {name} failed"
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo reported no executable for {name}"))
 }
 
 /// A port free on loopback now (gpuid takes no port 0).
@@ -761,12 +818,8 @@ async fn settled_requests(admin: &kube::Client) -> BTreeMap<(String, String), u6
 }
 
 fn controller_command(args: &Args, kubeconfig: &Path) -> (&'static str, Command) {
-    let controller = match args.workload.as_str() {
-        "gpuid" => "gpuid",
-        "tfjob" => "tfjob",
-        _ => "mokka",
-    };
-    let (binary, selector) = controller_binary(controller, args.full_binary);
+    let controller = workload_controller(&args.workload);
+    let (binary, selector) = controller_binary(controller, args);
     let mut command = wrapped(binary);
     command.args(selector);
     if args.workload == "gpuid" {
@@ -1032,13 +1085,16 @@ fn median_row(results: &[RunResult]) -> [f64; 6] {
 }
 
 fn main() {
-    let args = parse_args();
+    let mut args = parse_args();
     if args.workload.is_empty() {
         eprintln!(
-            "usage: cargo bench -p gpufleet --bench controller_process -- {} [--runs N] [--jobs N] [--run-seconds S] [--qps Q --burst B] [--nodes N] [--gap-ms MS]",
+            "usage: cargo bench -p gpufleet --bench controller_process -- {} [--runs N] [--jobs N] [--run-seconds S] [--qps Q --burst B] [--nodes N] [--gap-ms MS] [--release-binary|--full-binary]",
             WORKLOADS.join("|")
         );
         return;
+    }
+    if !args.full_binary && !args.release_binary {
+        args.shipped = Some(shipped_binary(workload_controller(&args.workload)));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

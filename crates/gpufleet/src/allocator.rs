@@ -18,10 +18,22 @@
 //! re-executes the binary once with `MIMALLOC_PURGE_DELAY=0`. The process
 //! keeps its PID (execve), arguments and environment; a value the user set
 //! is left alone.
+//!
+//! Each binary declares its own `#[global_allocator]` (a library's would
+//! bind every binary linking it). `gpufleet`, `gpufleet-mokka` and
+//! `gpufleet-tfjob` use mimalloc. `gpufleet-gpuid` keeps glibc's malloc and
+//! runs one runtime worker: its work is a few hundred execs at the API
+//! server's pace (under a tenth of a core at 500 pods), so the lock
+//! contention above does not arise, and at 500 pods its peak RSS was 19.6
+//! MiB anonymous with mimalloc against 14.6 MiB with glibc, both on one
+//! worker (docs/benchmarks.md, "gpuid's exec stream").
 
-#[cfg(not(feature = "system-allocator"))]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// Which allocator a binary declared, which decides how it is tuned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocator {
+    Mimalloc,
+    System,
+}
 
 const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
 
@@ -47,8 +59,11 @@ fn runs_a_controller(args: &[std::ffi::OsString]) -> bool {
 /// (another subcommand, the delay already set, or the exec failed).
 /// `controller_binary`: the binary carries one controller only
 /// (`gpufleet-gpuid` and its siblings), so whatever it runs is tuned.
-pub fn tune_for_controllers(controller_binary: bool) {
-    if cfg!(feature = "system-allocator") || std::env::var_os(PURGE_DELAY).is_some() {
+pub fn tune_for_controllers(allocator: Allocator, controller_binary: bool) {
+    if allocator != Allocator::Mimalloc
+        || cfg!(feature = "system-allocator")
+        || std::env::var_os(PURGE_DELAY).is_some()
+    {
         return;
     }
     let mut args = std::env::args_os();

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
+use crate::allocator::Allocator;
 use crate::{cli, commands, sim};
 
 /// Which binary is running: `gpufleet` itself, or a single-controller
@@ -21,6 +22,10 @@ pub enum Binary {
         name: &'static str,
         /// The `gpufleet` subcommand it carries.
         subcommand: &'static str,
+        /// The allocator its `#[global_allocator]` declares.
+        allocator: Allocator,
+        /// The async runtime's worker threads; `None` is one per core.
+        worker_threads: Option<usize>,
     },
 }
 
@@ -52,7 +57,9 @@ impl Binary {
         match self {
             Binary::Full => command,
             // Usage lines name the binary alone, not `<binary> <subcommand>`.
-            Binary::Controller { name, subcommand } => {
+            Binary::Controller {
+                name, subcommand, ..
+            } => {
                 let mut command = command.bin_name(name);
                 command.build();
                 let full = format!("{name} {subcommand}");
@@ -89,7 +96,15 @@ where
     F: FnOnce(cli::Command) -> Fut,
     Fut: Future<Output = anyhow::Result<ExitCode>>,
 {
-    crate::allocator::tune_for_controllers(binary != Binary::Full);
+    let (allocator, worker_threads) = match binary {
+        Binary::Full => (Allocator::Mimalloc, None),
+        Binary::Controller {
+            allocator,
+            worker_threads,
+            ..
+        } => (allocator, worker_threads),
+    };
+    crate::allocator::tune_for_controllers(allocator, binary != Binary::Full);
     let args = binary.gpufleet_args(std::env::args_os().collect());
     // `gpufleet tfjob` takes tf-operator's Go-style `-flag` spelling too.
     let args = cli::tfjob::single_dash_to_double(args);
@@ -131,10 +146,11 @@ where
         eprintln!("{}: {e:#}", binary.name());
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = worker_threads {
+        runtime.worker_threads(threads.max(1));
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("{}: cannot start the async runtime: {e}", binary.name());

@@ -8,6 +8,7 @@ use std::time::Instant;
 use controller_kit::{Action, CachedStore, EventSink};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
+
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};
@@ -22,13 +23,13 @@ use super::metrics::{CollectorMetrics, NodeLabel, PodResult};
 use super::node_state::{
     ExportReason, NodeKeys, NodeUpdate, StoredState, export_patch, export_reason, node_patch,
 };
-use super::pod::collectable;
+use super::pod::{DevicePluginPod, collectable};
 use super::settings::CollectorSettings;
 use super::sightings::Sightings;
 use super::sink::RecordSink;
 use crate::inventory::{ChangeEvent, ChangeKind, diff, inventory_hash};
 use crate::record::{GpuRecord, NodeIdentity, Observation, RecordError, records_from_report};
-use crate::smi::{Limits, ParseError, parse_with_limits};
+use crate::smi::{Limits, ParseError};
 
 /// Why processing a pod failed; the key is retried with backoff. Export
 /// failures are not here: the pipeline retries those without re-collecting.
@@ -191,7 +192,7 @@ pub struct Collector {
     /// Label prefix and the exporter whose state this collector keeps.
     node_keys: NodeKeys,
     client: kube::Client,
-    pods: Vec<CachedStore<Pod>>,
+    pods: Vec<CachedStore<DevicePluginPod>>,
     sink: Arc<dyn RecordSink>,
     metrics: CollectorMetrics,
     acks: ExportAcks,
@@ -205,7 +206,7 @@ impl Collector {
     pub fn new(
         settings: CollectorSettings,
         client: kube::Client,
-        pods: Vec<CachedStore<Pod>>,
+        pods: Vec<CachedStore<DevicePluginPod>>,
         sink: Arc<dyn RecordSink>,
         metrics: CollectorMetrics,
         acks: ExportAcks,
@@ -229,7 +230,7 @@ impl Collector {
         &self.metrics
     }
 
-    fn cached_pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+    fn cached_pod(&self, namespace: &str, name: &str) -> Option<Arc<DevicePluginPod>> {
         self.pods
             .iter()
             .find_map(|store| store.get_namespaced(namespace, name))
@@ -430,14 +431,18 @@ impl Collector {
         // The Node read and the exec do not depend on each other; together
         // they cost one round trip less per pod (an exec for a Node that
         // turns out to be gone is wasted, which is rare).
-        let (node, output) = tokio::join!(
+        let limits = Limits {
+            max_input_bytes: self.settings.output_limit,
+            ..Limits::DEFAULT
+        };
+        let (node, report) = tokio::join!(
             nodes.get_opt(node_name),
             run_nvidia_smi(
                 &pods,
                 name,
                 &self.settings.container,
                 self.settings.timeout,
-                self.settings.output_limit,
+                limits,
             )
         );
         let node = match node {
@@ -450,18 +455,11 @@ impl Collector {
                 });
             }
         };
-        let output = output?;
-        let limits = Limits {
-            max_input_bytes: self.settings.output_limit,
-            ..Limits::DEFAULT
-        };
-        let report = parse_with_limits(&output, limits).map_err(|source| CollectError::Parse {
+        // The document was parsed as it arrived and is not held here.
+        let report = report?.map_err(|source| CollectError::Parse {
             pod: key.to_owned(),
             source,
         })?;
-        // The document (about 200 KB for eight GPUs) is not held across the
-        // export below, which can wait on a full pipeline.
-        drop(output);
         self.metrics
             .collection_duration
             .observe(started.elapsed().as_secs_f64());

@@ -1,6 +1,11 @@
 //! Which device-plugin pods can be collected from (pure).
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::ObjectMeta;
+use kube::core::{NamespaceResourceScope, Resource};
+use serde::{Deserialize, Serialize};
 
 /// Why a pod is not collected from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,10 +19,92 @@ pub enum NotReady {
     ContainersNotReady,
 }
 
+/// A device-plugin pod as the collector caches it: the `v1` `pods` resource
+/// read into what [`collectable`] and the collector read (metadata, the
+/// node, the phase, how many containers and whether each is ready), so
+/// serde skips the rest while it parses. A `k8s_openapi` `Pod` keeps its
+/// spec and status structs inline even when emptied: about 5.9 KB a cached
+/// pod at 500 pods (heaptrack, docs/benchmarks.md "gpuid's exec stream"),
+/// for the life of the cache. Requests are unchanged (ordinary pod list and
+/// watch).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct DevicePluginPod {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PodPlacement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PodReadiness>,
+}
+
+/// What the collector reads of a pod's spec.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPlacement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Only how many there are: a zero-sized element each, so no allocation.
+    #[serde(default)]
+    pub containers: Vec<AContainer>,
+}
+
+/// A container of the spec, of which only its existence is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct AContainer {}
+
+/// What the collector reads of a pod's status.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReadiness {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_statuses: Option<Vec<ContainerReadiness>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct ContainerReadiness {
+    #[serde(default)]
+    pub ready: bool,
+}
+
+impl Resource for DevicePluginPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::kind(&())
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::group(&())
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::version(&())
+    }
+
+    fn api_version(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::api_version(&())
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::plural(&())
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// A pod is collectable when it is bound to a node, Running, not being
 /// deleted, and every container is ready (upstream's rule plus the
 /// deletion check upstream lacked).
-pub fn collectable(pod: &Pod) -> Result<&str, NotReady> {
+pub fn collectable(pod: &DevicePluginPod) -> Result<&str, NotReady> {
     if pod.metadata.deletion_timestamp.is_some() {
         return Err(NotReady::Terminating);
     }
@@ -39,47 +126,15 @@ pub fn collectable(pod: &Pod) -> Result<&str, NotReady> {
     Ok(node)
 }
 
-/// What the pod cache keeps of a device-plugin pod: its metadata without
-/// managedFields and annotations, the node it is bound to, its phase, and
-/// each container's name and readiness; everything [`collectable`] and the
-/// collector read, and nothing else. A device-plugin pod's spec and status
-/// (volumes, tolerations, images, conditions, addresses) are several KiB
-/// that the collector never reads, held for every pod for the life of the
-/// cache.
-pub fn slim(pod: &mut Pod) {
-    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
+/// The cache's transform: the metadata the collector does not read
+/// (managedFields, annotations) goes too.
+pub fn slim(pod: &mut DevicePluginPod) {
     pod.metadata.managed_fields = None;
     pod.metadata.annotations = None;
-    pod.spec = pod.spec.take().map(|spec| PodSpec {
-        node_name: spec.node_name,
-        containers: spec
-            .containers
-            .into_iter()
-            .map(|container| Container {
-                name: container.name,
-                ..Container::default()
-            })
-            .collect(),
-        ..PodSpec::default()
-    });
-    pod.status = pod.status.take().map(|status| PodStatus {
-        phase: status.phase,
-        container_statuses: status.container_statuses.map(|statuses| {
-            statuses
-                .into_iter()
-                .map(|status| ContainerStatus {
-                    name: status.name,
-                    ready: status.ready,
-                    ..ContainerStatus::default()
-                })
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
 }
 
 /// `namespace/name`, the queue key and the record's source.
-pub fn pod_key(pod: &Pod) -> String {
+pub fn pod_key(pod: &DevicePluginPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -92,7 +147,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(value: serde_json::Value) -> Pod {
+    fn pod(value: serde_json::Value) -> DevicePluginPod {
         serde_json::from_value(value).unwrap()
     }
 
@@ -107,37 +162,77 @@ mod tests {
     }
 
     #[test]
-    fn a_slimmed_pod_is_collectable_exactly_when_the_whole_pod_is() {
-        let mut cases = vec![running(true), running(false)];
-        let mut two_containers = running(true);
-        two_containers["spec"]["containers"] = json!([{"name": "c"}, {"name": "d"}]);
-        cases.push(two_containers);
-        let mut pending = running(true);
-        pending["status"]["phase"] = json!("Pending");
-        cases.push(pending);
-        let mut terminating = running(true);
-        terminating["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        cases.push(terminating);
-        let mut unscheduled = running(true);
-        unscheduled["spec"]["nodeName"] = json!("");
-        cases.push(unscheduled);
-        for case in cases {
-            let mut full = pod(case.clone());
-            // What a real device-plugin pod carries besides.
-            full.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
-            if let Some(spec) = full.spec.as_mut() {
-                spec.service_account_name = Some("device-plugin".into());
-                spec.containers[0].image = Some("nvcr.io/nvidia/k8s-device-plugin".into());
+    fn a_whole_device_plugin_pod_decodes_into_what_the_collector_reads() {
+        // A device-plugin pod as the API server sends it, with the fields
+        // the cache does not keep.
+        let whole = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u-1", "resourceVersion": "7",
+                "labels": {"app": "nvidia-device-plugin-daemonset"},
+                "annotations": {"a": "b"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]
+            },
+            "spec": {
+                "nodeName": "n1",
+                "serviceAccountName": "device-plugin",
+                "containers": [
+                    {"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin", "env": [{"name": "X", "value": "1"}]},
+                    {"name": "d"}
+                ],
+                "volumes": [{"name": "v", "hostPath": {"path": "/var/lib/kubelet"}}]
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {"name": "c", "ready": true, "restartCount": 0, "image": "i", "imageID": ""},
+                    {"name": "d", "ready": true, "restartCount": 0, "image": "i", "imageID": ""}
+                ]
             }
-            let mut slimmed = full.clone();
-            slim(&mut slimmed);
-            assert_eq!(collectable(&slimmed), collectable(&full), "{case}");
-            assert_eq!(pod_key(&slimmed), pod_key(&full));
-            assert_eq!(slimmed.metadata.annotations, None);
-            let spec = slimmed.spec.as_ref().unwrap();
-            assert_eq!(spec.service_account_name, None);
-            assert_eq!(spec.containers[0].image, None);
+        });
+        let mut cached = pod(whole);
+        slim(&mut cached);
+        assert_eq!(collectable(&cached), Ok("n1"));
+        assert_eq!(pod_key(&cached), "ns/p");
+        assert_eq!(cached.metadata.uid.as_deref(), Some("u-1"));
+        assert_eq!(cached.metadata.annotations, None);
+        assert_eq!(cached.metadata.managed_fields, None);
+        assert_eq!(
+            cached.spec.as_ref().map(|spec| spec.containers.len()),
+            Some(2)
+        );
+        // Addressed as the pods resource: list, watch and Events name it so.
+        assert_eq!(
+            DevicePluginPod::url_path(&(), Some("ns")),
+            Pod::url_path(&(), Some("ns"))
+        );
+        let reference = cached.object_ref(&());
+        assert_eq!(reference.kind.as_deref(), Some("Pod"));
+        assert_eq!(reference.api_version.as_deref(), Some("v1"));
+        assert_eq!(reference.uid.as_deref(), Some("u-1"));
+        // One of two containers not ready: not collectable.
+        let mut one_unready = cached.clone();
+        if let Some(statuses) = one_unready
+            .status
+            .as_mut()
+            .and_then(|status| status.container_statuses.as_mut())
+        {
+            statuses[1].ready = false;
         }
+        assert_eq!(collectable(&one_unready), Err(NotReady::ContainersNotReady));
+        // Fewer statuses than containers: not yet collectable.
+        let mut one_status = cached;
+        if let Some(statuses) = one_status
+            .status
+            .as_mut()
+            .and_then(|status| status.container_statuses.as_mut())
+        {
+            statuses.pop();
+        }
+        assert_eq!(collectable(&one_status), Err(NotReady::ContainersNotReady));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::pod::DevicePluginPod;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -14,7 +15,6 @@ use controller_kit::{
     CachedStore, Caches, Controller, LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
     MetricsRegistry, Readiness, StoreOptions, WorkQueueMetrics,
 };
-use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
@@ -119,9 +119,9 @@ impl CollectorRuntime {
             Mode::Elected(manager) => manager.caches().clone(),
             Mode::Single { caches, .. } => caches.clone(),
         };
-        let mut stores: Vec<CachedStore<Pod>> = Vec::new();
+        let mut stores: Vec<CachedStore<DevicePluginPod>> = Vec::new();
         for namespace in &settings.namespaces {
-            let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let api: Api<DevicePluginPod> = Api::namespaced(client.clone(), namespace);
             // Pages of 100, not kube's 500: a page is held whole while it is
             // decoded, and at 500 device-plugin pods one page was the
             // process's peak memory (11.7 MiB of 12.7 at start, heaptrack).

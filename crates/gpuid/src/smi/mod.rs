@@ -11,6 +11,7 @@
 //! exceeding a cap is an error, never an unbounded allocation.
 
 mod absent;
+mod check;
 mod fields;
 mod pci;
 mod reader;
@@ -20,6 +21,7 @@ use std::io::Read;
 use serde::{Deserialize, Serialize};
 
 pub use absent::present;
+pub use check::DocumentCheck;
 pub use pci::canonical_bus_id;
 
 /// Caps applied while parsing. [`Limits::DEFAULT`] fits every real capture
@@ -237,32 +239,26 @@ pub fn parse(xml: &[u8]) -> Result<SmiReport, ParseError> {
 
 /// Parses a whole document with explicit caps.
 pub fn parse_with_limits(xml: &[u8], limits: Limits) -> Result<SmiReport, ParseError> {
-    if xml.len() > limits.max_input_bytes {
-        return Err(ParseError::InputTooLarge {
-            limit: limits.max_input_bytes,
-        });
-    }
-    check_characters(xml)?;
+    // Size, control characters and UTF-8 of the whole document are checked
+    // before parsing: the streaming parser decodes only the fields it
+    // keeps, and a bad byte in a skipped element must not pass.
+    let mut check = DocumentCheck::new(limits);
+    check.accept(xml);
+    check.finish()?;
     reader::parse_document(xml, limits)
 }
 
-/// The whole document is UTF-8 with only the control characters XML
-/// allows, checked before parsing: the streaming parser decodes only the
-/// fields it keeps, and a bad byte in a skipped element must not pass.
-fn check_characters(xml: &[u8]) -> Result<(), ParseError> {
-    if let Some(position) = xml
-        .iter()
-        .position(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
-    {
-        return Err(ParseError::ControlCharacter {
-            position: position as u64,
-            byte: xml[position],
-        });
-    }
-    std::str::from_utf8(xml).map_err(|error| ParseError::InvalidUtf8 {
-        position: error.valid_up_to() as u64,
-    })?;
-    Ok(())
+/// Parses a document as it arrives from `input`, holding one XML event at a
+/// time rather than the document. `input` must be fed through `check` too
+/// (the caller owns both, so it can go on checking what is left after a
+/// parse error, and stop feeding the parser at the first bad byte); the
+/// result is `check.verdict(parse_async(..).await)`, which equals
+/// [`parse_with_limits`] of the whole document.
+pub async fn parse_async<R>(input: R, limits: Limits) -> Result<SmiReport, ParseError>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+{
+    reader::parse_document_async(input, limits).await
 }
 
 /// Reads at most [`Limits::DEFAULT`]`.max_input_bytes` from `input` (one byte

@@ -65,75 +65,125 @@ struct State {
 
 pub(super) fn parse_document(xml: &[u8], limits: Limits) -> Result<SmiReport, ParseError> {
     let mut reader = Reader::from_reader(xml);
-    let mut state = State {
-        limits,
-        stack: Vec::with_capacity(16),
-        root_seen: false,
-        root_closed: false,
-        dtd: None,
-        header: Captures::new(),
-        gpu: None,
-        gpus: Vec::new(),
-        warnings: Vec::new(),
-        text: String::new(),
-        stray_text: String::new(),
-    };
+    let mut state = State::new(limits);
     loop {
-        let event = reader.read_event().map_err(|err| ParseError::Xml {
-            position: reader.error_position(),
-            message: bounded_message(&err.to_string()),
-        })?;
+        let event = reader
+            .read_event()
+            .map_err(|err| xml_error(reader.error_position(), &err))?;
+        if state.on_event(event)? == Flow::End {
+            return state.finish();
+        }
+    }
+}
+
+/// The same state machine over a document that arrives in pieces: memory
+/// stays one event's bytes plus the reader's buffer, whatever the size of
+/// the document. Events are identical to [`parse_document`]'s (quick-xml's
+/// buffered and borrowed readers share their parser), and the whole-document
+/// checks are the caller's ([`super::DocumentCheck`]).
+pub(super) async fn parse_document_async<R>(
+    input: R,
+    limits: Limits,
+) -> Result<SmiReport, ParseError>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+{
+    let mut reader = Reader::from_reader(input);
+    let mut state = State::new(limits);
+    let mut buffer = Vec::new();
+    loop {
+        buffer.clear();
+        let event = reader
+            .read_event_into_async(&mut buffer)
+            .await
+            .map_err(|err| xml_error(reader.error_position(), &err))?;
+        if state.on_event(event)? == Flow::End {
+            return state.finish();
+        }
+    }
+}
+
+fn xml_error(position: u64, err: &quick_xml::Error) -> ParseError {
+    ParseError::Xml {
+        position,
+        message: bounded_message(&err.to_string()),
+    }
+}
+
+/// Whether the document goes on after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    More,
+    End,
+}
+
+impl State {
+    fn new(limits: Limits) -> Self {
+        State {
+            limits,
+            stack: Vec::with_capacity(16),
+            root_seen: false,
+            root_closed: false,
+            dtd: None,
+            header: Captures::new(),
+            gpu: None,
+            gpus: Vec::new(),
+            warnings: Vec::new(),
+            text: String::new(),
+            stray_text: String::new(),
+        }
+    }
+
+    fn on_event(&mut self, event: Event<'_>) -> Result<Flow, ParseError> {
         match event {
-            Event::Start(start) => state.open(&start)?,
+            Event::Start(start) => self.open(&start)?,
             Event::Empty(start) => {
-                state.open(&start)?;
-                state.close()?;
+                self.open(&start)?;
+                self.close()?;
             }
-            Event::End(_) => state.close()?,
+            Event::End(_) => self.close()?,
             Event::Text(text) => {
-                if let Some(field) = state.capturing() {
-                    let decoded = text
-                        .decode()
-                        .map_err(|err| state.invalid_text(field, err))?;
-                    state.append(field, &decoded)?;
-                } else if !state.root_seen
+                if let Some(field) = self.capturing() {
+                    let decoded = text.decode().map_err(|err| self.invalid_text(field, err))?;
+                    self.append(field, &decoded)?;
+                } else if !self.root_seen
                     && let Ok(decoded) = text.decode()
                 {
-                    state.keep_stray_text(&decoded);
+                    self.keep_stray_text(&decoded);
                 }
             }
-            Event::GeneralRef(reference) if !state.root_seen => {
+            Event::GeneralRef(reference) if !self.root_seen => {
                 if let Ok(resolved) = resolve_reference(&reference) {
-                    state.keep_stray_text(&resolved);
+                    self.keep_stray_text(&resolved);
                 }
             }
             Event::CData(cdata) => {
-                if let Some(field) = state.capturing() {
+                if let Some(field) = self.capturing() {
                     let decoded = cdata
                         .decode()
-                        .map_err(|err| state.invalid_text(field, err))?;
-                    state.append(field, &decoded)?;
+                        .map_err(|err| self.invalid_text(field, err))?;
+                    self.append(field, &decoded)?;
                 }
             }
             Event::GeneralRef(reference) => {
-                if let Some(field) = state.capturing() {
+                if let Some(field) = self.capturing() {
                     let resolved = resolve_reference(&reference)
-                        .map_err(|message| state.invalid_text(field, message))?;
-                    state.append(field, &resolved)?;
+                        .map_err(|message| self.invalid_text(field, message))?;
+                    self.append(field, &resolved)?;
                 }
             }
             Event::DocType(doctype) => {
                 // The DTD name is informational; an undecodable DOCTYPE is
                 // not worth rejecting a document for.
                 if let Ok(content) = doctype.decode() {
-                    state.dtd = dtd_name(&content, limits.max_field_bytes);
+                    self.dtd = dtd_name(&content, self.limits.max_field_bytes);
                 }
             }
-            Event::Eof => break,
+            Event::Eof => return Ok(Flow::End),
             Event::Decl(_) | Event::PI(_) | Event::Comment(_) => {}
         }
+        Ok(Flow::More)
     }
-    state.finish()
 }
 
 impl State {

@@ -120,14 +120,23 @@ async fn the_rate_limited_client_paces_requests_to_kube_sim_and_still_execs() {
     );
     // The layer passes the WebSocket upgrade of an exec through.
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
-    let output = gpuid::collect::exec::run_nvidia_smi(
+    let report = gpuid::collect::exec::run_nvidia_smi(
         &pods,
         "plugin-1",
         CONTAINER,
         Duration::from_secs(10),
-        4 * 1024 * 1024,
+        gpuid::smi::Limits::DEFAULT,
     )
     .await
+    .unwrap()
     .unwrap();
-    assert!(String::from_utf8_lossy(&output).contains("GPU-qps-"));
+    assert!(!report.gpus.is_empty());
+    assert!(
+        report.gpus.iter().all(|gpu| gpu
+            .uuid
+            .as_deref()
+            .is_some_and(|uuid| uuid.contains("GPU-qps-"))),
+        "{:?}",
+        report.gpus
+    );
 }

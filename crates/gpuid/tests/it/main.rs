@@ -20,3 +20,4 @@ mod fixtures;
 mod fuzz;
 mod golden;
 mod pipeline;
+mod stream;
