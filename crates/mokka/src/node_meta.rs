@@ -19,17 +19,37 @@ use kube::api::ObjectMeta;
 use kube::core::{ClusterResourceScope, Resource};
 use serde::{Deserialize, Serialize};
 
+use crate::plan::projection::KeyOwnership;
+
 /// The metadata of a Node; the `Resource` of `v1` `nodes`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct NodeMeta {
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// Who owns the projected keys, summarised by the cache's transform
+    /// (`controller::nodes::transform_node`), which then drops
+    /// managedFields; `None` for a Node as the server sent it.
+    #[serde(skip)]
+    pub ownership: Option<KeyOwnership>,
+}
+
+impl NodeMeta {
+    /// Who owns the projected keys: the cache's summary, or read from the
+    /// managedFields of a Node as the server sent it.
+    pub fn key_ownership(&self) -> KeyOwnership {
+        self.ownership.unwrap_or_else(|| {
+            KeyOwnership::from_managed_fields(
+                self.metadata.managed_fields.as_deref().unwrap_or_default(),
+            )
+        })
+    }
 }
 
 impl From<Node> for NodeMeta {
     fn from(node: Node) -> Self {
         Self {
             metadata: node.metadata,
+            ownership: None,
         }
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ANNOTATION_SGPU_ASSIGNMENT, LABEL_SGPU_NODE};
-use crate::plan::projection::compact_managed_fields;
+use crate::plan::projection::KeyOwnership;
 
 /// The server-side label selector of the Node watch: only eligible Nodes
 /// are ever listed or watched.
@@ -20,9 +20,10 @@ pub fn node_selector() -> String {
 }
 
 /// Keeps name, uid, resourceVersion, creation and deletion timestamps,
-/// labels, the assignment annotation, and managedFields compacted to the
-/// three projected keys. Spec and status are never decoded ([`NodeMeta`]),
-/// so Node spec or status updates cost only this transform.
+/// labels, the assignment annotation, and in place of managedFields who
+/// owns the three projected keys ([`KeyOwnership`]). Spec and status are
+/// never decoded ([`NodeMeta`]), so Node spec or status updates cost only
+/// this transform.
 pub fn transform_node(node: &mut NodeMeta) {
     let meta = &mut node.metadata;
     meta.annotations = meta.annotations.take().and_then(|annotations| {
@@ -32,11 +33,8 @@ pub fn transform_node(node: &mut NodeMeta) {
             .collect();
         (!kept.is_empty()).then_some(kept)
     });
-    meta.managed_fields = meta
-        .managed_fields
-        .take()
-        .map(|entries| compact_managed_fields(&entries))
-        .filter(|entries| !entries.is_empty());
+    let entries = meta.managed_fields.take().unwrap_or_default();
+    node.ownership = Some(KeyOwnership::from_managed_fields(&entries));
     meta.owner_references = None;
     meta.finalizers = None;
     meta.generate_name = None;
@@ -102,8 +100,47 @@ impl LiveNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::projection::{ObservedNode, ProjectionKey};
     use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
     use kube::api::ObjectMeta;
+
+    #[test]
+    fn a_cached_node_keeps_who_owns_the_projected_keys_and_no_managed_fields() {
+        // As the API server sends a projected Node: our apply owns the
+        // labels and the annotation, kubectl owns the clique label too, and
+        // the kubelet's status entry owns nothing of the metadata.
+        let node: NodeMeta = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "n", "uid": "u",
+                "labels": {"nvidia.com/gpu.clique": "fab.0"},
+                "managedFields": [
+                    {"manager": crate::plan::projection::FIELD_MANAGER, "operation": "Apply",
+                     "apiVersion": "v1", "fieldsType": "FieldsV1", "time": "2026-12-07T00:00:00Z",
+                     "fieldsV1": {"f:metadata": {
+                        "f:labels": {"f:mokka.nvidia.com/sgpu-assigned": {}, "f:nvidia.com/gpu.clique": {}},
+                        "f:annotations": {"f:mokka.nvidia.com/sgpu-assignment": {}}}}},
+                    {"manager": "kubectl", "operation": "Update", "apiVersion": "v1",
+                     "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.clique": {}}}}},
+                    {"manager": "kubelet", "operation": "Update", "subresource": "status",
+                     "apiVersion": "v1", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:metadata": {"f:labels": {"f:mokka.nvidia.com/sgpu-assigned": {}}}}}
+                ]
+            }
+        }))
+        .unwrap();
+        let as_sent = ObservedNode::from_node(&node);
+        let mut cached = node.clone();
+        transform_node(&mut cached);
+        assert_eq!(cached.metadata.managed_fields, None);
+        assert_eq!(ObservedNode::from_node(&cached), as_sent);
+        let ownership = cached.key_ownership();
+        assert!(ProjectionKey::ALL.iter().all(|key| ownership.ours(*key)));
+        assert!(ownership.foreign(ProjectionKey::CliqueLabel));
+        assert!(!ownership.foreign(ProjectionKey::AssignedLabel));
+        assert!(!ownership.foreign(ProjectionKey::AssignmentAnnotation));
+    }
 
     #[test]
     fn compact_node_transform_drops_foreign_annotations() {

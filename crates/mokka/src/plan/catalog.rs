@@ -181,6 +181,7 @@ mod tests {
                 ),
                 ..ObjectMeta::default()
             },
+            ownership: None,
         }
     }
 

@@ -7,8 +7,6 @@
 //! `mokka.nvidia.com/sgpu-assignment`; a value someone else owns is a
 //! conflict and is never overwritten.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -180,17 +178,31 @@ pub fn names_binding(
         && assignment.node_uid == binding.node.uid
 }
 
-/// Who holds each projected key, from `managedFields` (non-subresource entries only).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Who holds each projected key, from `managedFields` (non-subresource
+/// entries only): whether we do (our [`FIELD_MANAGER`] with operation
+/// Apply) and whether any other manager does. That is all the projection
+/// asks, so the Node cache keeps this summary (two bytes) in place of a
+/// Node's managedFields, which as `serde_json` maps were about 2.5 KB a
+/// cached Node even cut to the three keys (docs/benchmarks.md, "Mokka at
+/// 10,000 Nodes").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyOwnership {
-    /// Managers owning each key; ours is [`FIELD_MANAGER`] with operation Apply.
-    pub owners: BTreeMap<ProjectionKey, Vec<String>>,
+    ours: u8,
+    foreign: u8,
 }
 
 impl KeyOwnership {
+    fn bit(key: ProjectionKey) -> u8 {
+        match key {
+            ProjectionKey::AssignedLabel => 1,
+            ProjectionKey::CliqueLabel => 2,
+            ProjectionKey::AssignmentAnnotation => 4,
+        }
+    }
+
     /// Reads the ownership of the three keys from managed field entries.
     pub fn from_managed_fields(entries: &[ManagedFieldsEntry]) -> Self {
-        let mut owners: BTreeMap<ProjectionKey, Vec<String>> = BTreeMap::new();
+        let mut ownership = Self::default();
         for entry in entries {
             if entry
                 .subresource
@@ -202,15 +214,9 @@ impl KeyOwnership {
             let Some(FieldsV1(fields)) = &entry.fields_v1 else {
                 continue;
             };
-            let manager = match (entry.manager.as_deref(), entry.operation.as_deref()) {
-                (Some(FIELD_MANAGER), Some("Apply")) => FIELD_MANAGER.to_string(),
-                // Our name with another operation is a different owner for SSA.
-                (Some(manager), Some(operation)) if manager == FIELD_MANAGER => {
-                    format!("{manager} ({operation})")
-                }
-                (Some(manager), _) => manager.to_string(),
-                (None, _) => String::new(),
-            };
+            // Our name with another operation is a different owner for SSA.
+            let ours = entry.manager.as_deref() == Some(FIELD_MANAGER)
+                && entry.operation.as_deref() == Some("Apply");
             for key in ProjectionKey::ALL {
                 let (map, name) = key.path();
                 let owned = fields
@@ -219,25 +225,26 @@ impl KeyOwnership {
                     .and_then(|entries| entries.get(format!("f:{name}")))
                     .is_some();
                 if owned {
-                    owners.entry(key).or_default().push(manager.clone());
+                    let set = if ours {
+                        &mut ownership.ours
+                    } else {
+                        &mut ownership.foreign
+                    };
+                    *set |= Self::bit(key);
                 }
             }
         }
-        Self { owners }
+        ownership
     }
 
     /// Whether we own `key`.
     pub fn ours(&self, key: ProjectionKey) -> bool {
-        self.owners
-            .get(&key)
-            .is_some_and(|owners| owners.iter().any(|owner| owner == FIELD_MANAGER))
+        self.ours & Self::bit(key) != 0
     }
 
     /// Whether any manager other than ours owns `key`.
     pub fn foreign(&self, key: ProjectionKey) -> bool {
-        self.owners
-            .get(&key)
-            .is_some_and(|owners| owners.iter().any(|owner| owner != FIELD_MANAGER))
+        self.foreign & Self::bit(key) != 0
     }
 
     /// Whether we own none of the keys.
@@ -272,9 +279,7 @@ impl ObservedNode {
                 .as_ref()
                 .and_then(|a| a.get(ANNOTATION_SGPU_ASSIGNMENT))
                 .cloned(),
-            ownership: KeyOwnership::from_managed_fields(
-                meta.managed_fields.as_deref().unwrap_or_default(),
-            ),
+            ownership: node.key_ownership(),
         }
     }
 
@@ -438,49 +443,6 @@ pub fn released_keys(keep_annotation: bool) -> Vec<ProjectionKey> {
         keys.push(ProjectionKey::AssignmentAnnotation);
     }
     keys
-}
-
-/// Keeps only managed-field entries that own a projected key, each with only
-/// those paths and no timestamp (as upstream's Node cache transform trims
-/// them, so the cache holds little per Node).
-pub fn compact_managed_fields(entries: &[ManagedFieldsEntry]) -> Vec<ManagedFieldsEntry> {
-    let mut kept = Vec::new();
-    for entry in entries {
-        let Some(FieldsV1(fields)) = &entry.fields_v1 else {
-            continue;
-        };
-        let mut metadata = serde_json::Map::new();
-        for key in ProjectionKey::ALL {
-            let (map, name) = key.path();
-            let field = format!("f:{name}");
-            if fields
-                .get("f:metadata")
-                .and_then(|m| m.get(map))
-                .and_then(|m| m.get(&field))
-                .is_some()
-            {
-                let slot = metadata
-                    .entry(map.to_string())
-                    .or_insert_with(|| Value::Object(serde_json::Map::new()));
-                if let Value::Object(slot) = slot {
-                    slot.insert(field, Value::Object(serde_json::Map::new()));
-                }
-            }
-        }
-        if metadata.is_empty() {
-            continue;
-        }
-        kept.push(ManagedFieldsEntry {
-            api_version: entry.api_version.clone(),
-            fields_type: entry.fields_type.clone(),
-            fields_v1: Some(FieldsV1(serde_json::json!({ "f:metadata": metadata }))),
-            manager: entry.manager.clone(),
-            operation: entry.operation.clone(),
-            subresource: entry.subresource.clone(),
-            time: None,
-        });
-    }
-    kept
 }
 
 #[cfg(test)]
@@ -747,25 +709,28 @@ mod tests {
     }
 
     #[test]
-    fn the_node_transform_compacts_managed_fields_to_the_three_keys() {
-        let mut ours = entry(FIELD_MANAGER, "Apply", &[ProjectionKey::CliqueLabel]);
-        ours.time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
-        let unrelated = ManagedFieldsEntry {
-            manager: Some("kubelet".into()),
-            operation: Some("Update".into()),
-            fields_v1: Some(FieldsV1(
-                serde_json::json!({"f:status": {"f:conditions": {}}}),
-            )),
-            ..ManagedFieldsEntry::default()
-        };
-        let compacted = compact_managed_fields(&[ours, unrelated]);
-        assert_eq!(compacted.len(), 1);
-        assert_eq!(compacted[0].time, None);
-        assert_eq!(
-            compacted[0].fields_v1.as_ref().map(|f| f.0.clone()),
-            Some(serde_json::json!({"f:metadata": {"f:labels": {"f:nvidia.com/gpu.clique": {}}}}))
+    fn ownership_is_read_per_key_for_ours_and_for_other_managers() {
+        let ours = entry(
+            FIELD_MANAGER,
+            "Apply",
+            &[ProjectionKey::CliqueLabel, ProjectionKey::AssignedLabel],
         );
+        // Our name with another operation is someone else for SSA.
+        let ours_by_update = entry(FIELD_MANAGER, "Update", &[ProjectionKey::AssignedLabel]);
+        let kubectl = entry("kubectl", "Apply", &[ProjectionKey::AssignmentAnnotation]);
+        let mut status = entry("kubelet", "Update", &[ProjectionKey::CliqueLabel]);
+        status.subresource = Some("status".into());
+        let ownership = KeyOwnership::from_managed_fields(&[ours, ours_by_update, kubectl, status]);
+        assert!(ownership.ours(ProjectionKey::CliqueLabel));
+        assert!(
+            !ownership.foreign(ProjectionKey::CliqueLabel),
+            "a subresource entry owns nothing"
+        );
+        assert!(ownership.ours(ProjectionKey::AssignedLabel));
+        assert!(ownership.foreign(ProjectionKey::AssignedLabel));
+        assert!(!ownership.ours(ProjectionKey::AssignmentAnnotation));
+        assert!(ownership.foreign(ProjectionKey::AssignmentAnnotation));
+        assert!(!ownership.ours_none());
+        assert!(KeyOwnership::from_managed_fields(&[]).ours_none());
     }
 }
