@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod queue;
 pub mod rate_limit;
 pub mod readiness;
+mod resource_view;
 pub mod serve;
 pub mod telemetry;
 
@@ -36,6 +37,9 @@ pub use controller::{
 };
 pub use error::ConfigError;
 pub use events::EventSink;
+/// For [`resource_view!`]: the kube its expansion names.
+#[doc(hidden)]
+pub use kube as __kube;
 pub use leader::{LeaderElectionConfig, LeaderElector, LeaseLock};
 pub use manager::{Manager, ManagerConfig, ManagerError, Replica};
 pub use metrics::{MetricsRegistry, ReconcileMetrics};

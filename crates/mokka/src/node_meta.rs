@@ -12,11 +12,9 @@
 //! every API server answers; the metadata-only representation
 //! (`as=PartialObjectMetadata`) is not asked for.
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ObjectMeta;
-use kube::core::{ClusterResourceScope, Resource};
+use kube::core::ClusterResourceScope;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::projection::KeyOwnership;
@@ -54,42 +52,12 @@ impl From<Node> for NodeMeta {
     }
 }
 
-impl Resource for NodeMeta {
-    type DynamicType = ();
-    type Scope = ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        <Node as Resource>::kind(&())
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        <Node as Resource>::group(&())
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        <Node as Resource>::version(&())
-    }
-
-    fn api_version(_: &()) -> Cow<'_, str> {
-        <Node as Resource>::api_version(&())
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        <Node as Resource>::plural(&())
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+controller_kit::resource_view!(NodeMeta, Node, ClusterResourceScope);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
 
     #[test]
     fn a_whole_node_decodes_into_its_metadata_and_addresses_the_nodes_resource() {

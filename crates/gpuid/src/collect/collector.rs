@@ -8,7 +8,6 @@ use std::time::Instant;
 use controller_kit::{Action, CachedStore, EventSink};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};

@@ -1,10 +1,8 @@
 //! Which device-plugin pods can be collected from (pure).
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ObjectMeta;
-use kube::core::{NamespaceResourceScope, Resource};
+use kube::core::NamespaceResourceScope;
 use serde::{Deserialize, Serialize};
 
 /// Why a pod is not collected from now.
@@ -68,38 +66,7 @@ pub struct ContainerReadiness {
     pub ready: bool,
 }
 
-impl Resource for DevicePluginPod {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::kind(&())
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::group(&())
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::version(&())
-    }
-
-    fn api_version(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::api_version(&())
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::plural(&())
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+controller_kit::resource_view!(DevicePluginPod, Pod, NamespaceResourceScope);
 
 /// A pod is collectable when it is bound to a node, Running, not being
 /// deleted, and every container is ready (upstream's rule plus the
@@ -145,6 +112,7 @@ pub fn pod_key(pod: &DevicePluginPod) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
     use serde_json::json;
 
     fn pod(value: serde_json::Value) -> DevicePluginPod {
