@@ -16,6 +16,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, Wat
 use kube_sim::{KubeSim, KubeletConfig};
 use serde_json::json;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn configmap(name: &str, payload: &str) -> ConfigMap {
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some(name.to_string());
@@ -359,18 +362,137 @@ async fn kubelet() {
     sim.shutdown().await;
 }
 
+/// CPU time of every thread of this process so far, in nanoseconds
+/// (`/proc/self/task/*/schedstat`), finer than `/proc/self/stat`'s ticks.
+fn thread_cpu_nanos() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// One encoding's run: creates per second and CPU microseconds per create.
+#[derive(Clone, Copy)]
+struct EncodingRun {
+    rate: f64,
+    cpu_us: f64,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// A create as kube-rs (JSON) or client-go (protobuf) sends it.
+fn create_request(path: &str, protobuf: bool, body: Vec<u8>) -> http::Request<kube::client::Body> {
+    let (content_type, accept) = if protobuf {
+        (
+            kube_sim::protobuf::CONTENT_TYPE,
+            "application/vnd.kubernetes.protobuf, application/json",
+        )
+    } else {
+        ("application/json", "application/json")
+    };
+    http::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("content-type", content_type)
+        .header("accept", accept)
+        .body(kube::client::Body::from(body))
+        .expect("request")
+}
+
+async fn start_sim(controllers: bool) -> KubeSim {
+    let mut builder = KubeSim::builder();
+    if !controllers {
+        builder = builder.kubelet(KubeletConfig::disabled());
+    }
+    builder.start().await.expect("start")
+}
+
+async fn send_create(client: &kube::Client, request: http::Request<kube::client::Body>) {
+    let response = client.send(request).await.expect("answered");
+    assert_eq!(response.status().as_u16(), 201);
+    let _ = http_body_util::BodyExt::collect(response.into_body()).await;
+}
+
+/// Creates `bodies` one after the other on a fresh kube-sim.
+async fn run_creates(
+    path: &str,
+    protobuf: bool,
+    controllers: bool,
+    bodies: Vec<Vec<u8>>,
+) -> EncodingRun {
+    let count = bodies.len();
+    let sim = start_sim(controllers).await;
+    let client = sim.client();
+    let cpu_before = thread_cpu_nanos();
+    let started = Instant::now();
+    for body in bodies {
+        send_create(&client, create_request(path, protobuf, body)).await;
+    }
+    let elapsed = started.elapsed();
+    let cpu = thread_cpu_nanos().saturating_sub(cpu_before);
+    sim.shutdown().await;
+    EncodingRun {
+        rate: count as f64 / elapsed.as_secs_f64(),
+        cpu_us: cpu as f64 / 1_000.0 / count as f64,
+    }
+}
+
+/// Both encodings on one kube-sim, alternating create by create (which
+/// goes first swaps every pair), each create timed alone: both see the
+/// same store size, heap, background work and clock speed, so the load of
+/// the machine moves them together. Returns protobuf's rate over JSON's.
+async fn run_interleaved(path: &str, controllers: bool, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> f64 {
+    let sim = start_sim(controllers).await;
+    let client = sim.client();
+    let mut spent = [Duration::ZERO; 2];
+    for (i, (json, protobuf)) in pairs.into_iter().enumerate() {
+        let mut order = [(false, json), (true, protobuf)];
+        if i % 2 == 1 {
+            order.swap(0, 1);
+        }
+        for (is_protobuf, body) in order {
+            let started = Instant::now();
+            send_create(&client, create_request(path, is_protobuf, body)).await;
+            spent[usize::from(is_protobuf)] += started.elapsed();
+        }
+    }
+    sim.shutdown().await;
+    spent[0].as_secs_f64() / spent[1].as_secs_f64()
+}
+
 /// The same creates with JSON and with protobuf bodies and answers, as
-/// kube-rs and client-go send them, through the in-process router: 5
-/// rounds, each on a fresh kube-sim, the order of the two encodings
-/// swapped every round (the second run of a pair inherits the first's
-/// heap); medians. `BENCH_ONLY=json|protobuf` runs one encoding alone, for
-/// `perf record`.
+/// kube-rs and client-go send them, through the in-process router.
+/// Rounds of a pair of runs, each on a fresh kube-sim, the order of the
+/// two swapped every round (the second run of a pair inherits the first's
+/// heap). The ratio is the median of the rounds' own ratios: the two runs
+/// of a round are seconds apart, so a load that drifts over the whole
+/// bench moves both. `BENCH_COUNT` (creates per run, 5,000),
+/// `BENCH_ROUNDS` (10) and `BENCH_KIND=configmap|pod` size the run;
+/// `BENCH_ONLY=json|protobuf` runs one encoding alone, for `perf record`
+/// or callgrind.
 async fn protobuf_writes() {
-    // BENCH_COUNT shrinks the run for instruction counting under callgrind.
-    let count: usize = std::env::var("BENCH_COUNT")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(10_000);
+    let setting = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(default)
+    };
+    let count = setting("BENCH_COUNT", 5_000);
+    let rounds = setting("BENCH_ROUNDS", 10);
+    let only = std::env::var("BENCH_ONLY").ok();
+    let only_kind = std::env::var("BENCH_KIND").ok();
+    let controllers = std::env::var("BENCH_CONTROLLERS").as_deref() != Ok("off");
     let payload = "x".repeat(1000);
     let pod = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "bench"}},
@@ -382,30 +504,36 @@ async fn protobuf_writes() {
     };
     let configmap = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"payload": payload}});
     type MakeObject<'a> = &'a dyn Fn(&str) -> serde_json::Value;
-    let kinds: [(&str, &str, MakeObject); 2] = [
+    let kinds: [(&str, &str, &str, MakeObject); 2] = [
         (
+            "configmap",
             "ConfigMap of ~1 KiB",
             "/api/v1/namespaces/default/configmaps",
             &configmap,
         ),
         (
+            "pod",
             "Pod with 2 containers",
             "/api/v1/namespaces/default/pods",
             &pod,
         ),
     ];
-    for (label, path, make) in kinds {
-        let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-        for round in 0..5 {
+    for (key, label, path, make) in kinds {
+        if only_kind.as_deref().is_some_and(|k| k != key) {
+            continue;
+        }
+        // Per round: [json, protobuf].
+        let mut runs: Vec<[Option<EncodingRun>; 2]> = Vec::new();
+        for round in 0..rounds {
             let order = if round % 2 == 0 {
-                [(0, false), (1, true)]
+                [false, true]
             } else {
-                [(1, true), (0, false)]
+                [true, false]
             };
-            for (slot, protobuf) in order {
-                if std::env::var("BENCH_ONLY")
-                    .is_ok_and(|only| only != if protobuf { "protobuf" } else { "json" })
-                {
+            let mut pair = [None, None];
+            for protobuf in order {
+                let name = if protobuf { "protobuf" } else { "json" };
+                if only.as_deref().is_some_and(|o| o != name) {
                     continue;
                 }
                 let bodies: Vec<Vec<u8>> = (0..count)
@@ -418,52 +546,59 @@ async fn protobuf_writes() {
                         }
                     })
                     .collect();
-                let (content_type, accept) = if protobuf {
-                    (
-                        kube_sim::protobuf::CONTENT_TYPE,
-                        "application/vnd.kubernetes.protobuf, application/json",
-                    )
-                } else {
-                    ("application/json", "application/json")
-                };
-                let sim = KubeSim::builder().start().await.expect("start");
-                let client = sim.client();
-                let started = Instant::now();
-                for body in bodies {
-                    let request = http::Request::builder()
-                        .method("POST")
-                        .uri(path)
-                        .header("content-type", content_type)
-                        .header("accept", accept)
-                        .body(kube::client::Body::from(body))
-                        .expect("request");
-                    let response = client.send(request).await.expect("answered");
-                    assert_eq!(response.status().as_u16(), 201);
-                    let _ = http_body_util::BodyExt::collect(response.into_body()).await;
-                }
-                rates[slot].push(count as f64 / started.elapsed().as_secs_f64());
-                sim.shutdown().await;
+                pair[usize::from(protobuf)] =
+                    Some(run_creates(path, protobuf, controllers, bodies).await);
             }
+            runs.push(pair);
         }
-        for r in &mut rates {
-            r.sort_by(f64::total_cmp);
-        }
-        // BENCH_ONLY measured one side: nothing to compare, go on to the
-        // next kind (it used to stop the run here).
-        let (Some(&json_rate), Some(&pb_rate)) = (rates[0].get(2), rates[1].get(2)) else {
+        // One encoding alone: nothing to compare.
+        let pairs: Vec<(EncodingRun, EncodingRun)> = runs
+            .iter()
+            .filter_map(|[json, pb]| Some(((*json)?, (*pb)?)))
+            .collect();
+        if pairs.is_empty() {
             continue;
+        }
+        let of = |pick: &dyn Fn(&(EncodingRun, EncodingRun)) -> f64| {
+            median(pairs.iter().map(pick).collect())
         };
-        let runs = |r: &[f64]| {
-            r.iter()
-                .map(|x| format!("{x:.0}"))
-                .collect::<Vec<_>>()
-                .join("/")
-        };
+        let rate_ratios: Vec<f64> = pairs.iter().map(|(j, p)| p.rate / j.rate).collect();
+        let faster = rate_ratios.iter().filter(|r| **r >= 1.0).count();
         println!(
-            "| writes-protobuf: {count} creates of a {label}, in-process, one writer, bodies and answers in each encoding | JSON {json_rate:.0}/s, protobuf {pb_rate:.0}/s (median of 5; sorted runs JSON {}, protobuf {}) | protobuf not slower than JSON | protobuf/JSON = {:.2} |",
-            runs(&rates[0]),
-            runs(&rates[1]),
-            pb_rate / json_rate
+            "| writes-protobuf: {count} creates of a {label} per run, in-process, one writer, bodies and answers in each encoding, {} rounds | JSON {:.0}/s, protobuf {:.0}/s; CPU per create JSON {:.1} µs, protobuf {:.1} µs (medians) | protobuf not slower than JSON | protobuf/JSON: rate {:.3} (median of the rounds' ratios; protobuf ahead in {faster} of {}), CPU {:.3} |",
+            pairs.len(),
+            of(&|(j, _)| j.rate),
+            of(&|(_, p)| p.rate),
+            of(&|(j, _)| j.cpu_us),
+            of(&|(_, p)| p.cpu_us),
+            median(rate_ratios.clone()),
+            pairs.len(),
+            of(&|(j, p)| p.cpu_us / j.cpu_us),
+        );
+        if only.is_some() {
+            continue;
+        }
+        let mut ratios = Vec::new();
+        for round in 0..rounds {
+            let pairs = (0..count)
+                .map(|i| {
+                    let json = make(&format!("j-{round}-{i:06}"));
+                    let protobuf = make(&format!("p-{round}-{i:06}"));
+                    (
+                        serde_json::to_vec(&json).expect("encodes"),
+                        kube_sim::protobuf::encode_object(&protobuf).expect("encodes"),
+                    )
+                })
+                .collect();
+            ratios.push(run_interleaved(path, controllers, pairs).await);
+        }
+        let faster = ratios.iter().filter(|r| **r >= 1.0).count();
+        let (low, high) = ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
+        println!(
+            "| writes-protobuf, interleaved: {count} creates of a {label} in each encoding per round on one kube-sim, alternating, each timed alone, {rounds} rounds | protobuf/JSON rate {:.3} (median; range {low:.3}-{high:.3}; protobuf ahead in {faster} of {rounds}) | protobuf not slower than JSON | |",
+            median(ratios.clone()),
         );
     }
 }

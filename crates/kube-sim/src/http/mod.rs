@@ -399,6 +399,7 @@ fn collection(
             let value = target_object(rt, headers, &body)?;
             let mut params = write_params(query, headers, target);
             params.duplicate_fields = duplicate_fields(headers, &body);
+            params.protobuf_body = negotiate::is_protobuf_body(headers);
             let created = store.create(target.write_scope(&params), value)?;
             let response = bytes_response(
                 StatusCode::CREATED,
@@ -502,6 +503,7 @@ fn object(
         Method::PUT => {
             let value = target_object(rt, headers, &body)?;
             params.duplicate_fields = duplicate_fields(headers, &body);
+            params.protobuf_body = negotiate::is_protobuf_body(headers);
             respond(
                 store.update(target.write_scope(&params), name, sub, value)?,
                 StatusCode::OK,

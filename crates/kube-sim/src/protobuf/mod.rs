@@ -178,7 +178,7 @@ pub fn encode_json_object(json: &[u8]) -> Result<Vec<u8>, EncodeError> {
 /// byte for byte what its stored JSON text would give, without reading
 /// that text again. `json_len` (the text's length) sizes the output.
 pub fn encode_object_in_memory(value: &Value, json_len: usize) -> Result<Vec<u8>, EncodeError> {
-    transcode::object_in_memory(value, json_len)
+    memory::object(value, json_len)
 }
 
 fn encode_enveloped(value: &Value, out: &mut Vec<u8>) -> Result<(), EncodeError> {

@@ -242,15 +242,86 @@ fn nested_schema(
 
 /// A `Time` or `MicroTime` message's fields from its RFC 3339 text.
 pub fn put_time(out: &mut Vec<u8>, text: &str, micro: bool) -> Option<()> {
-    let ts: jiff::Timestamp = text.parse().ok()?;
+    let (seconds, nanos) = match utc_timestamp(text) {
+        Some(parsed) => parsed,
+        None => {
+            let ts: jiff::Timestamp = text.parse().ok()?;
+            floor_seconds(ts.as_second(), ts.subsec_nanosecond())
+        }
+    };
     wire::put_key(out, 1, 0);
-    wire::put_varint(out, ts.as_second() as u64);
-    let nanos = if micro { ts.subsec_nanosecond() } else { 0 };
+    wire::put_varint(out, seconds as u64);
+    let nanos = if micro { nanos } else { 0 };
     if nanos != 0 {
         wire::put_key(out, 2, 0);
         wire::put_varint(out, nanos as i64 as u64);
     }
     Some(())
+}
+
+/// Go's `time.Unix()` and `Nanosecond()`: whole seconds rounded down and
+/// nanoseconds never negative. jiff rounds a time before 1970 toward zero
+/// and gives its fraction as negative nanoseconds instead.
+pub(super) fn floor_seconds(seconds: i64, nanos: i32) -> (i64, i32) {
+    if nanos < 0 {
+        (seconds - 1, nanos + 1_000_000_000)
+    } else {
+        (seconds, nanos)
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z` as seconds since the epoch and
+/// nanoseconds: the one form kube-sim writes, on every object twice or
+/// more, read without jiff's general parser (which was a third of a small
+/// object's protobuf encoding). Anything else, a valid offset or a leap
+/// second included, is `None` and left to jiff.
+pub(super) fn utc_timestamp(text: &str) -> Option<(i64, i32)> {
+    let b = text.as_bytes();
+    if b.len() < 20 || b.last() != Some(&b'Z') {
+        return None;
+    }
+    if b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let number = |digits: &[u8]| {
+        digits.iter().try_fold(0i64, |acc, c| {
+            c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
+        })
+    };
+    let (year, month, day) = (number(&b[0..4])?, number(&b[5..7])?, number(&b[8..10])?);
+    let (hour, minute, second) = (
+        number(&b[11..13])?,
+        number(&b[14..16])?,
+        number(&b[17..19])?,
+    );
+    let nanos = match &b[19..b.len() - 1] {
+        [] => 0,
+        [b'.', fraction @ ..] if (1..=9).contains(&fraction.len()) => {
+            number(fraction)? * 10i64.pow(9 - fraction.len() as u32)
+        }
+        _ => return None,
+    };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day == 0 || day > month_days || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    // Days from 1970-01-01 to the civil date (Howard Hinnant's algorithm:
+    // years start in March, so the leap day ends a year).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second;
+    Some((seconds, i32::try_from(nanos).ok()?))
 }
 
 /// The JSONSchemaProps message a union holds.

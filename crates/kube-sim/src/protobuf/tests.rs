@@ -331,6 +331,67 @@ fn a_written_object_encodes_from_memory_exactly_as_from_its_stored_text() {
 }
 
 #[test]
+fn odd_but_valid_shapes_encode_from_memory_exactly_as_from_text() {
+    // Each object exercises one rule of the direct walk: whole floats in
+    // int fields, numbers in Quantity and IntOrString, nulls in lists,
+    // maps and map values, bytes, durations, embedded JSON and schema
+    // unions.
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": null,
+                 "annotations": {"a": "", "b": "two"}, "finalizers": null},
+               "spec": {"containers": [{"name": "c", "image": "i",
+                   "resources": {"limits": {"cpu": 2, "memory": 1.5}},
+                   "ports": [{"containerPort": 80.0}],
+                   "livenessProbe": {"httpGet": {"port": "http"}, "periodSeconds": 10}}],
+                 "activeDeadlineSeconds": 600, "tolerations": null}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+               "data": {"token": "c2VjcmV0", "empty": ""}, "type": "Opaque"}),
+        json!({"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "r"},
+               "data": {"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}, "list": [1, "x", null]},
+               "revision": 3}),
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"},
+               "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15,
+                        "renewTime": "2026-12-04T10:00:00.250000Z", "acquireTime": null}}),
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"backoffLimit": 0, "template": {"spec": {"containers": [{"name": "c", "image": "i"}],
+                        "restartPolicy": "Never"}}}}),
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "widgets.example.com"},
+               "spec": {"group": "example.com", "scope": "Namespaced",
+                        "names": {"plural": "widgets", "kind": "Widget"},
+                        "versions": [{"name": "v1", "served": true, "storage": true,
+                            "schema": {"openAPIV3Schema": {"type": "object",
+                                "x-kubernetes-preserve-unknown-fields": true,
+                                "additionalProperties": false,
+                                "properties": {"spec": {"type": "object", "default": {"a": 1},
+                                    "items": [{"type": "string"}]}}}}}]}}),
+    ];
+    for object in &objects {
+        let (encoded, _) = in_memory_and_from_text(object);
+        encoded.unwrap_or_else(|e| panic!("{e}: {object}"));
+    }
+    // Shapes neither form can hold fail from memory too (the answer goes
+    // out as JSON).
+    let refused = [
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "finalizers": "one"}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": ["a"]}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "creationTimestamp": 5}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "generation": 1.5}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "name2": 1}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "%%"}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": 7}}),
+    ];
+    for object in &refused {
+        let text = serde_json::to_vec(object).unwrap();
+        assert!(encode_json_object(&text).is_err(), "text: {object}");
+        assert!(
+            encode_object_in_memory(object, text.len()).is_err(),
+            "memory: {object}"
+        );
+    }
+}
+
+#[test]
 fn an_object_protobuf_cannot_hold_fails_from_memory_as_from_text() {
     // A key newer than the schema: the answer goes out as JSON instead.
     let novel = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"},
@@ -522,5 +583,67 @@ proptest::proptest! {
         let mut body = MAGIC.to_vec();
         body.extend(bytes);
         let _ = decode_object(&body);
+    }
+}
+
+#[test]
+fn the_fast_timestamp_reader_agrees_with_jiff_or_leaves_the_text_to_it() {
+    let jiff_reads = |text: &str| {
+        text.parse::<jiff::Timestamp>()
+            .ok()
+            .map(|ts| special::floor_seconds(ts.as_second(), ts.subsec_nanosecond()))
+    };
+    // Every 10,000,019 seconds from year 1 to 9999 (all months, leap days,
+    // century years), in each form kube-sim writes and a few it reads.
+    let first = jiff::Timestamp::from_second(-62_135_596_800).unwrap();
+    let last = jiff::Timestamp::from_second(253_402_200_000).unwrap();
+    let mut ts = first;
+    let mut checked: i64 = 0;
+    while ts <= last {
+        let nanos = i32::try_from((checked * 7_919) % 1_000_000_000).unwrap();
+        let with_nanos = jiff::Timestamp::new(ts.as_second(), nanos).unwrap();
+        for format in [
+            "%Y-%m-%dT%H:%M:%SZ",
+            "%Y-%m-%dT%H:%M:%S.%6fZ",
+            "%Y-%m-%dT%H:%M:%S.%9fZ",
+            "%Y-%m-%dT%H:%M:%S.%3fZ",
+        ] {
+            let text = with_nanos.strftime(format).to_string();
+            assert_eq!(special::utc_timestamp(&text), jiff_reads(&text), "{text}");
+        }
+        let Ok(next) = ts.checked_add(jiff::SignedDuration::from_secs(10_000_019)) else {
+            break;
+        };
+        ts = next;
+        checked += 1;
+    }
+    assert!(checked > 25_000);
+    for edge in [
+        "2024-02-29T23:59:59Z",
+        "2000-02-29T00:00:00Z",
+        "1970-01-01T00:00:00Z",
+        "1969-12-31T23:59:59.999999999Z",
+    ] {
+        assert_eq!(special::utc_timestamp(edge), jiff_reads(edge), "{edge}");
+        assert!(special::utc_timestamp(edge).is_some(), "{edge}");
+    }
+    // Not the one form: no answer here, jiff decides.
+    for other in [
+        "2026-02-29T00:00:00Z",
+        "1900-02-29T00:00:00Z",
+        "2026-13-01T00:00:00Z",
+        "2026-12-04T24:00:00Z",
+        "2026-12-04T23:59:60Z",
+        "2026-12-04t10:00:00Z",
+        "2026-12-04T10:00:00+01:00",
+        "2026-12-04T10:00:00.Z",
+        "2026-12-04T10:00:00.1234567890Z",
+        "2026-12-04T10:00:0xZ",
+        "+2026-12-04T10:00:00Z",
+        "2026-12-04 10:00:00Z",
+        "yesterday",
+        "",
+    ] {
+        assert_eq!(special::utc_timestamp(other), None, "{other}");
     }
 }

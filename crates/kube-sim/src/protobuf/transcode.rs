@@ -6,9 +6,8 @@
 //! accepts (Go's merges repeated occurrences of a message field, which the
 //! inline structs rely on).
 //!
-//! The same visitor also reads an object still in memory as a `Value` (a
-//! write's answer): serde_json's `Value` is a deserializer too, so both
-//! forms go through one code path and give the same bytes.
+//! A write's answer, still in memory as a `Value`, is encoded by
+//! [`super::memory`] instead, to the same bytes.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -41,23 +40,12 @@ pub fn object(json: &[u8]) -> Result<Vec<u8>, EncodeError> {
     )
 }
 
-/// [`object`] for an object still in memory, as a write has it: the same
-/// visitor reads the `Value` instead of the text, so the bytes are the
-/// ones the text would give (the text is the `Value` serialized, keys in
-/// the same order) without reading any JSON. `size_hint` is the length
-/// of the object's JSON text, to size the output once.
-pub fn object_in_memory(value: &Value, size_hint: usize) -> Result<Vec<u8>, EncodeError> {
-    let meta = serde::Deserialize::deserialize(value).map_err(unreadable)?;
-    enveloped(meta, size_hint / 2 + 64, super::memory::InMemory(value))
-}
-
-/// Embedded JSON's text: borrowed from an answer's JSON text, or written
-/// out of an object in memory (see [`super::memory`]).
-struct RawJsonText<'de>(Cow<'de, [u8]>);
+/// Embedded JSON's text, borrowed from the answer's JSON text.
+struct RawJsonText<'de>(&'de [u8]);
 
 impl<'de> serde::Deserialize<'de> for RawJsonText<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_newtype_struct(super::memory::RAW_JSON, RawJsonVisitor)
+        d.deserialize_newtype_struct("RawJson", RawJsonVisitor)
     }
 }
 
@@ -76,11 +64,7 @@ impl<'de> Visitor<'de> for RawJsonVisitor {
         d: D,
     ) -> Result<Self::Value, D::Error> {
         let raw: &'de serde_json::value::RawValue = serde::Deserialize::deserialize(d)?;
-        Ok(RawJsonText(Cow::Borrowed(raw.get().as_bytes())))
-    }
-
-    fn visit_byte_buf<E: serde::de::Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
-        Ok(RawJsonText(Cow::Owned(bytes)))
+        Ok(RawJsonText(raw.get().as_bytes()))
     }
 }
 
@@ -226,7 +210,7 @@ impl<'de> Visitor<'de> for MessageSeed<'_, '_> {
 
 /// The field a JSON key names, directly or in an inline struct (with the
 /// inline field's number).
-fn find<'s>(
+pub(super) fn find<'s>(
     schema: &'s Schema,
     msg: &'s Message,
     key: &str,
@@ -264,9 +248,9 @@ impl<'de> DeserializeSeed<'de> for FieldSeed<'_, '_> {
             match self.schema.message(index).special {
                 Special::RawJson => {
                     let raw: RawJsonText<'de> = serde::Deserialize::deserialize(d)?;
-                    if raw.0.as_ref() != b"null" {
+                    if raw.0 != b"null" {
                         wire::put_nested(self.out, self.field.number, |o| {
-                            wire::put_bytes(o, 1, &raw.0);
+                            wire::put_bytes(o, 1, raw.0);
                             Ok::<_, EncodeError>(())
                         })
                         .ok();

@@ -49,6 +49,10 @@ pub struct WriteParams {
     /// Where the write leaves the object it stored, still in memory, when
     /// the answer is wanted in protobuf (see [`KeptObject`]).
     pub kept: KeptObject,
+    /// The object is a protobuf body as the decoder gave it: already the
+    /// JSON the Go type writes, so [`normalize`] skips the typed round
+    /// trip a JSON body needs (see there).
+    pub(crate) protobuf_body: bool,
 }
 
 /// The object a write stored, as the `Value` it was serialized from. A
@@ -115,6 +119,7 @@ impl WriteParams {
     pub(super) fn for_patched_object(&self) -> Self {
         Self {
             origin: WriteOrigin::Patch,
+            protobuf_body: false,
             ..self.clone()
         }
     }
@@ -426,6 +431,15 @@ pub(super) fn check_namespace(
 /// custom resources are pruned and defaulted by their schema. What was
 /// dropped (and what the body set twice) is then refused, reported as
 /// warnings or ignored, as `fieldValidation` asks.
+/// kube-apiserver's defaulting of a built-in kind, then the zero values
+/// its Go type writes that the typed form leaves out.
+fn shape_like_go(rt: &ResourceType, version: &str, value: &mut Value) {
+    crate::defaults::apply(&rt.group, &rt.kind, value);
+    if let Some(message) = crate::go_shape::message_of(&rt.api_version(version), &rt.kind) {
+        crate::go_shape::fill(value, message);
+    }
+}
+
 pub(super) fn normalize(scope: WriteScope<'_>, value: Value) -> Result<Value, ApiError> {
     let WriteScope {
         rt,
@@ -434,22 +448,48 @@ pub(super) fn normalize(scope: WriteScope<'_>, value: Value) -> Result<Value, Ap
         ..
     } = scope;
     let checking = params.field_validation != FieldValidation::Ignore;
+    let decoding_error = |e: serde_json::Error| {
+        ApiError::bad_request(format!("error decoding {} {}: {e}", rt.plural, rt.kind))
+    };
     // The input is kept only where a strict refusal quotes it; typed kinds
     // decode from a borrow, so they keep it without a copy.
     let (value, dropped, input) = match rt.normalize {
+        // A protobuf body came through the decoder, which writes what the
+        // Go type's JSON is (zeros Go omits dropped, numbers as integers,
+        // times in UTC) and refuses any field its schema does not know;
+        // protobuf has no duplicate keys. The typed round trip would give
+        // it back unchanged, and was the largest single cost of a protobuf
+        // create (docs/benchmarks.md). Debug builds, which the tests run,
+        // still take the round trip and refuse the write if it differs.
+        Some(f) if params.protobuf_body => {
+            #[cfg(not(debug_assertions))]
+            let _ = (f, decoding_error);
+            #[cfg(debug_assertions)]
+            let typed = {
+                let mut typed = f(&value).map_err(decoding_error)?;
+                shape_like_go(rt, version, &mut typed);
+                typed
+            };
+            let mut value = value;
+            shape_like_go(rt, version, &mut value);
+            #[cfg(debug_assertions)]
+            if typed != value {
+                return Err(ApiError::internal(format!(
+                    "kube-sim's protobuf decode of this {} differs from its typed form: {}",
+                    rt.kind,
+                    crate::field_validation::dropped_fields(&value, &typed).join(", ")
+                )));
+            }
+            (value, Vec::new(), None)
+        }
         Some(f) => {
-            let mut decoded = f(&value).map_err(|e| {
-                ApiError::bad_request(format!("error decoding {} {}: {e}", rt.plural, rt.kind))
-            })?;
+            let mut decoded = f(&value).map_err(decoding_error)?;
             let dropped = if checking {
                 field_validation::dropped_fields(&value, &decoded)
             } else {
                 Vec::new()
             };
-            crate::defaults::apply(&rt.group, &rt.kind, &mut decoded);
-            if let Some(message) = crate::go_shape::message_of(&rt.api_version(version), &rt.kind) {
-                crate::go_shape::fill(&mut decoded, message);
-            }
+            shape_like_go(rt, version, &mut decoded);
             (decoded, dropped, checking.then_some(value))
         }
         None => {
