@@ -175,6 +175,32 @@ pub fn finalizers(value: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The days of `month` (1-12) in the proleptic Gregorian `year`; `None`
+/// for a month out of range. Shared by the date formats the schemas check
+/// and the protobuf encoder's time reader.
+pub fn days_in_month(year: i64, month: i64) -> Option<i64> {
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => Some(31),
+        4 | 6 | 9 | 11 => Some(30),
+        2 if leap => Some(29),
+        2 => Some(28),
+        _ => None,
+    }
+}
+
+/// What kind of JSON value this is, for error messages.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// Current time the way metav1.Time serializes it (second precision, UTC).
 pub fn now_rfc3339() -> String {
     jiff::Timestamp::now()

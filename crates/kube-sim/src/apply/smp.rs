@@ -67,22 +67,11 @@ pub fn strategic_merge(
     let Value::Object(patch) = patch else {
         return Err(SmpError::BadRequest(format!(
             "a strategic merge patch must be a JSON object, not {}",
-            kind_of(patch)
+            crate::object::json_kind(patch)
         )));
     };
     let merged = merge_map(original.as_object(), patch, Some(types.root()), "")?;
     Ok(Value::Object(merged.unwrap_or_default()))
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
 }
 
 fn field_path(parent: &str, field: &str) -> String {
@@ -280,7 +269,7 @@ fn merge_list(
             {
                 return Err(SmpError::BadRequest(format!(
                     "{path}: invalid patch format of primitive list: {} in a list of scalars",
-                    kind_of(item)
+                    crate::object::json_kind(item)
                 )));
             }
             let mut merged: Vec<Value> = Vec::with_capacity(original.len() + patch.len());

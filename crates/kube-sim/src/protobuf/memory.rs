@@ -16,6 +16,7 @@ use super::EncodeError;
 use super::decode::MAX_DEPTH;
 use super::schema::{Field, Label, Message, Schema, Special, Type};
 use super::{MAGIC, encode, special, wire};
+use crate::object::json_kind;
 
 /// The enveloped object; `size_hint` is the length of its JSON text.
 pub(super) fn object(value: &Value, size_hint: usize) -> Result<Vec<u8>, EncodeError> {
@@ -41,7 +42,7 @@ pub(super) fn object(value: &Value, size_hint: usize) -> Result<Vec<u8>, EncodeE
         Value::Object(obj) => message(schema, msg, obj, out, 0),
         other => Err(EncodeError::Shape {
             message: msg.name.clone(),
-            found: kind_of(other).into(),
+            found: json_kind(other).into(),
         }),
     })?;
     wire::put_bytes(&mut out, 3, b"");
@@ -113,7 +114,7 @@ fn field_value(
                         })?;
                         written.ok_or_else(|| shape(field, text))
                     }
-                    other => Err(shape(field, kind_of(other))),
+                    other => Err(shape(field, json_kind(other))),
                 };
             }
             _ => {}
@@ -130,7 +131,7 @@ fn field_value(
                 one(schema, field, 2, item, out, depth)
             })
         }),
-        (Label::Many | Label::Map, other) => Err(shape(field, kind_of(other))),
+        (Label::Many | Label::Map, other) => Err(shape(field, json_kind(other))),
         (Label::One | Label::Inline, _) => one(schema, field, field.number, value, out, depth),
     }
 }
@@ -232,16 +233,5 @@ fn shape(field: &Field, found: &str) -> EncodeError {
     EncodeError::Shape {
         message: format!("field {}", field.json),
         found: found.to_string(),
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }

@@ -301,14 +301,7 @@ pub(super) fn utc_timestamp(text: &str) -> Option<(i64, i32)> {
         }
         _ => return None,
     };
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let month_days = match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if leap => 29,
-        2 => 28,
-        _ => return None,
-    };
+    let month_days = crate::object::days_in_month(year, month)?;
     if day == 0 || day > month_days || hour > 23 || minute > 59 || second > 59 {
         return None;
     }

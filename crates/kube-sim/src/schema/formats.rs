@@ -162,15 +162,8 @@ fn valid_calendar_date(year: &str, month: &str, day: &str) -> bool {
     ) else {
         return false;
     };
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let days = match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if leap => 29,
-        2 => 28,
-        _ => return false,
-    };
-    (1..=days).contains(&d)
+    crate::object::days_in_month(i64::from(y), i64::from(m))
+        .is_some_and(|days| (1..=days).contains(&i64::from(d)))
 }
 
 fn is_date(s: &str) -> bool {
