@@ -25,7 +25,9 @@
 //! Run: `cargo bench -p gpufleet --bench api_writes -- [--count 2000]
 //! [--runs 3]` with the real lane up and its `env` exported.
 
-use std::path::{Path, PathBuf};
+mod bench_support;
+
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,6 +39,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
+
+use bench_support::{client, load, median};
 
 const GROUP: &str = "bench.gpufleet.dev";
 const CRD_NAME: &str = "widgets.bench.gpufleet.dev";
@@ -122,12 +126,6 @@ fn real_lane_kubeconfig() -> PathBuf {
             "GPUFLEET_REAL_ADMIN_KUBECONFIG is not set: this bench compares kube-sim with the real lane's kube-apiserver; run `scripts/real-cluster.sh up` and `eval \"$(scripts/real-cluster.sh env)\"` first"
         ),
     }
-}
-
-async fn client(kubeconfig: &Path) -> kube::Client {
-    kube_sim::lane::client_from_kubeconfig(kubeconfig)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -377,20 +375,6 @@ async fn one_set(
         *slot = phase(&api, kind, p, count, writers).await;
     }
     rates
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .next()
-        .unwrap_or("?")
-        .to_string()
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {

@@ -45,6 +45,8 @@
 //! profile (the one `cargo bench` built), `--full-binary` `gpufleet
 //! <controller>`.
 
+mod bench_support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -56,8 +58,10 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 use serde_json::json;
+
+use bench_support::{client, load, median};
 use tfjob::api::TFJobObject;
 
 // Shared with the referee test, so the bench starts training-operator as
@@ -328,14 +332,6 @@ fn start_sim(dir: &Path, extra: &[String]) -> (Process, PathBuf) {
         std::thread::sleep(Duration::from_millis(50));
     }
     (sim, kubeconfig)
-}
-
-async fn client_from(kubeconfig: &Path) -> kube::Client {
-    let config = Kubeconfig::read_from(kubeconfig).expect("a readable kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
-        .await
-        .expect("a usable kubeconfig");
-    kube::Client::try_from(config).expect("a client")
 }
 
 /// A ServiceAccount bound to cluster-admin, and a kubeconfig with its
@@ -894,7 +890,7 @@ async fn run(args: &Args, dir: &Path) -> RunResult {
         Vec::new()
     };
     let (_sim, admin_kubeconfig) = start_sim(dir, &sim_args);
-    let admin = client_from(&admin_kubeconfig).await;
+    let admin = client(&admin_kubeconfig).await;
     let kubeconfig = controller_kubeconfig(&admin, &admin_kubeconfig).await;
     let log = dir.join("controller.log");
     let mut referee = None;
@@ -1011,20 +1007,6 @@ async fn run(args: &Args, dir: &Path) -> RunResult {
 }
 
 // --- report ------------------------------------------------------------------------
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .next()
-        .unwrap_or("?")
-        .to_string()
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
 
 /// One controller configuration of a run: a label and the arguments.
 struct Leg {

@@ -37,6 +37,10 @@ mod support;
 #[path = "../tests/it/browser.rs"]
 mod browser;
 
+// Not every helper is used by every bench.
+#[allow(dead_code)]
+mod bench_support;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -44,6 +48,8 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use mokka::api::{SGPURack, SGPURuntimePolicy};
 use serde_json::{Value, json};
+
+use bench_support::{load_averages, median};
 
 struct Run {
     first_render_ms: f64,
@@ -445,20 +451,6 @@ async fn one_run(nodes: usize, run: usize) -> Run {
     result
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// First useful render and renderer memory of a fleet view at `url`.
 async fn open_only(url: &str) {
     let profile = tempfile::tempdir().expect("a profile directory");
@@ -488,7 +480,7 @@ async fn open_only(url: &str) {
         tab.map_or("unknown".to_string(), |t| (t.rss_kib / 1024).to_string()),
         tab.map_or("unknown".to_string(), |t| (t.pss_kib / 1024).to_string()),
         js_heap / 1024.0 / 1024.0,
-        loadavg()
+        load_averages()
     );
 }
 
@@ -510,7 +502,7 @@ async fn main() {
     browser::chromium();
     eprintln!(
         "fleet view at {nodes} Nodes, {runs} runs; load average before: {}",
-        loadavg()
+        load_averages()
     );
     let mut all = Vec::new();
     for run in 1..=runs {
@@ -532,6 +524,6 @@ async fn main() {
         m(|r| r.tab_pss_mib),
         m(|r| r.js_heap_mib),
         m(|r| r.idle_cpu_percent),
-        loadavg()
+        load_averages()
     );
 }
