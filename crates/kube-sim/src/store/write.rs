@@ -426,11 +426,6 @@ pub(super) fn check_namespace(
     }
 }
 
-/// Built-in kinds decode into their typed form and back, which rejects
-/// ill-typed fields and drops unknown ones exactly like the real server;
-/// custom resources are pruned and defaulted by their schema. What was
-/// dropped (and what the body set twice) is then refused, reported as
-/// warnings or ignored, as `fieldValidation` asks.
 /// Where `decoded` (a protobuf body, shaped) differs from `typed` (the
 /// same through the typed round trip), but for keys only `decoded` has:
 /// fields the typed form's older Kubernetes does not know.
@@ -467,6 +462,12 @@ fn shape_like_go(rt: &ResourceType, version: &str, value: &mut Value) {
     }
 }
 
+/// Built-in kinds decode into their typed form and back, which rejects
+/// ill-typed fields and drops unknown ones exactly like the real server
+/// (a protobuf body, already in that form, skips the round trip);
+/// custom resources are pruned and defaulted by their schema. What was
+/// dropped (and what the body set twice) is then refused, reported as
+/// warnings or ignored, as `fieldValidation` asks.
 pub(super) fn normalize(scope: WriteScope<'_>, value: Value) -> Result<Value, ApiError> {
     let WriteScope {
         rt,
