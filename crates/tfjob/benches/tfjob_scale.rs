@@ -17,6 +17,11 @@
 //! [--run-seconds 20] [--workers 1] [--qps 5 --burst 10]` (no `--qps`: no
 //! client-side limit, the operator's default).
 
+// The gpufleet benches' shared helpers; not all of them are used here.
+#[allow(dead_code)]
+#[path = "../../gpufleet/benches/bench_support/mod.rs"]
+mod bench_support;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::sync::Arc;
@@ -28,6 +33,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
+
+use bench_support::{load_averages, median};
 use parking_lot::Mutex;
 use serde_json::json;
 use tfjob::api::TFJobObject;
@@ -343,15 +350,6 @@ fn rss_peak_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 struct RunResult {
     pods_running: f64,
     jobs_running: f64,
@@ -465,11 +463,6 @@ async fn run_once(args: &Args) -> RunResult {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("serve-sim") {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -493,7 +486,7 @@ fn main() {
     );
     let mut results = Vec::new();
     for run in 1..=args.runs {
-        let before = load();
+        let before = load_averages();
         let result = runtime.block_on(run_once(&args));
         let per_job_writes: f64 = result
             .writes
@@ -508,7 +501,7 @@ fn main() {
             result.jobs_running,
             result.jobs_succeeded,
             result.rss_mib,
-            load()
+            load_averages()
         );
         results.push((result, per_job_writes));
     }

@@ -1,6 +1,7 @@
-//! What the gpufleet benches share: the machine's load for their rows,
-//! medians, and a client from a kubeconfig. Each bench includes this with
-//! `mod bench_support;` (a folder of `benches/`, so not a bench of its own).
+//! What the benches share: the machine's load for their rows, medians,
+//! and a client from a kubeconfig. gpufleet's benches include this with
+//! `mod bench_support;` (a folder of `benches/`, so not a bench of its
+//! own), tfjob's `tfjob_scale` with `#[path]`.
 
 use std::path::Path;
 

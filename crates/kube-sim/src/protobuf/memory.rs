@@ -151,8 +151,8 @@ fn one(
             wire::put_key(out, number, 0);
             wire::put_varint(out, u64::from(*b));
         }
-        (Value::Number(n), ty) => {
-            return number_value(schema, field, number, value, n, ty, out, depth);
+        (Value::Number(n), _) => {
+            return number_value(schema, field, number, n, out, depth);
         }
         (Value::String(s), Type::String) => wire::put_bytes(out, number, s.as_bytes()),
         (Value::String(s), Type::Bytes) => {
@@ -184,14 +184,11 @@ fn one(
 
 /// A JSON number, read as serde reads it: unsigned, then negative, then
 /// floating point.
-#[allow(clippy::too_many_arguments)]
 fn number_value(
     schema: &Schema,
     field: &Field,
     number: u32,
-    value: &Value,
     n: &serde_json::Number,
-    ty: Type,
     out: &mut Vec<u8>,
     depth: usize,
 ) -> Result<(), EncodeError> {
@@ -200,7 +197,7 @@ fn number_value(
         (None, Some(i)) => Some(i),
         (None, None) => None,
     };
-    match (whole, ty) {
+    match (whole, field.ty) {
         (Some(i), Type::Int32 | Type::Int64) => {
             wire::put_key(out, number, 0);
             wire::put_varint(out, i as u64);
@@ -222,7 +219,7 @@ fn number_value(
             wire::put_varint(out, f as i64 as u64);
         }
         (_, Type::Message(index)) => wire::put_nested(out, number, |out| {
-            encode::message(schema, index, value, out, depth + 1)
+            encode::message(schema, index, &Value::Number(n.clone()), out, depth + 1)
         })?,
         _ => return Err(shape(field, &n.to_string())),
     }
